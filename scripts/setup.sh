@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs every Debian package kvtier's build and tests need. Idempotent: installs only
+# what is missing, and runs apt-get update only when something is.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build pkg-config python3
+  nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
+  libgtest-dev libgmock-dev
+  clang-14 libclang-rt-14-dev   # libFuzzer for the fuzz preset
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "setup: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,15 @@
+// kvtier: predictive multi-tier KV-cache management. This binary's subcommands expose the
+// library (include/kvtier/); it holds no logic of its own beyond parsing and printing.
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvtier: architecture-aware, predictive multi-tier KV-cache management"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  kvtier::cli::AddSizeCommand(app, exit_code);
+  kvtier::cli::AddInfoCommand(app, exit_code);
+  CLI11_PARSE(app, argc, argv);
+  return exit_code;
+}
