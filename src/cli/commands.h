@@ -8,6 +8,7 @@ namespace kvtier::cli {
 
 // Exit codes: 0 success, 1 an error reported by kvtier, 2 a usage error (CLI11's).
 inline constexpr int kExitError = 1;
+inline constexpr int kExitUsage = 2;
 
 void AddSizeCommand(CLI::App& app, int& exit_code);
 void AddInfoCommand(CLI::App& app, int& exit_code);

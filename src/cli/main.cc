@@ -10,6 +10,11 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   kvtier::cli::AddSizeCommand(app, exit_code);
   kvtier::cli::AddInfoCommand(app, exit_code);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; every other parse failure is a usage error (2).
+    return app.exit(e) == 0 ? 0 : kvtier::cli::kExitUsage;
+  }
   return exit_code;
 }

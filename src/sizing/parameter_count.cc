@@ -54,11 +54,15 @@ Result<std::optional<MoeLayout>> ReadMoe(const JsonFields& config, const ModelSp
   // Qwen MoE: mlp_only_layers are dense, and only every decoder_sparse_step-th layer is MoE.
   KVTIER_ASSIGN_OR_RETURN(auto mlp_only, config.OptionalIntArray({"mlp_only_layers"}, 0));
   KVTIER_ASSIGN_OR_RETURN(auto sparse_step, config.OptionalInt({"decoder_sparse_step"}, 1));
+  // Jamba: MoE where i % expert_layer_period == expert_layer_offset.
+  KVTIER_ASSIGN_OR_RETURN(auto expert_period, config.OptionalInt({"expert_layer_period"}, 1));
+  KVTIER_ASSIGN_OR_RETURN(auto expert_offset, config.OptionalInt({"expert_layer_offset"}, 0));
   for (int64_t i = 0; i < spec.num_layers; ++i) {
     bool dense = false;
     if (first_dense && i < *first_dense) dense = true;
     if (layer_freq && first_dense && (i - *first_dense) % *layer_freq != 0) dense = true;
     if (sparse_step && (i + 1) % *sparse_step != 0) dense = true;
+    if (expert_period && i % *expert_period != expert_offset.value_or(0)) dense = true;
     if (dense) moe.dense_layers.insert(i);
   }
   if (mlp_only) moe.dense_layers.insert(mlp_only->begin(), mlp_only->end());
