@@ -4,3 +4,8 @@ if(KVTIER_SANITIZE)
   add_compile_options(-fsanitize=${_kvtier_sanitizers} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   add_link_options(-fsanitize=${_kvtier_sanitizers})
 endif()
+
+# The fuzz preset instruments all of kvtier for coverage; only fuzz targets link libFuzzer.
+if(KVTIER_BUILD_FUZZERS)
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()

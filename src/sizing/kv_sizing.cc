@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "kvtier/sizing.h"
+#include "util/checked_math.h"
 
 namespace kvtier {
 namespace {
@@ -39,30 +40,35 @@ Result<int64_t> KvHeadsPerGpu(const ModelSpec& model, int64_t tp) {
 Result<uint64_t> StateBytesPerLayer(const ModelSpec& model, int64_t tp, const KvDtype& conv, const KvDtype& ssm) {
   const LinearStateGeometry& s = *model.linear_state;
   const int64_t width = s.conv_kernel - 1;
-  int64_t conv_dim = 0;
-  int64_t ssm_elements = 0;
+  Int128 conv_dim = 0;
+  Int128 ssm_elements = 0;
   switch (s.kind) {
     case StateKind::kGatedDeltaNet:
-      conv_dim = 2 * s.num_k_heads * s.head_k_dim + s.num_v_heads * s.head_v_dim;
+      conv_dim = 2 * Int128{s.num_k_heads} * s.head_k_dim + Int128{s.num_v_heads} * s.head_v_dim;
       KVTIER_RETURN_IF_ERROR(CheckDivides(tp, s.num_v_heads, "linear_num_value_heads", model.name));
-      ssm_elements = s.num_v_heads / tp * s.head_k_dim * s.head_v_dim;
+      ssm_elements = Int128{s.num_v_heads / tp} * s.head_k_dim * s.head_v_dim;
       break;
     case StateKind::kMamba2: {
       // Groups are replicated so that each rank holds the groups of its heads.
       const int64_t groups = s.n_groups % tp == 0 ? s.n_groups : s.n_groups + tp - s.n_groups;
-      conv_dim = s.intermediate_size + 2 * groups * s.state_size;
+      conv_dim = s.intermediate_size + 2 * Int128{groups} * s.state_size;
       KVTIER_RETURN_IF_ERROR(CheckDivides(tp, s.num_heads, "mamba_num_heads", model.name));
-      ssm_elements = s.num_heads / tp * s.head_dim * s.state_size;
+      ssm_elements = Int128{s.num_heads / tp} * s.head_dim * s.state_size;
       break;
     }
     case StateKind::kMamba1:
       conv_dim = s.intermediate_size;
       KVTIER_RETURN_IF_ERROR(CheckDivides(tp, s.intermediate_size, "the Mamba inner size", model.name));
-      ssm_elements = s.intermediate_size / tp * s.state_size;
+      ssm_elements = Int128{s.intermediate_size / tp} * s.state_size;
       break;
   }
-  KVTIER_RETURN_IF_ERROR(CheckDivides(tp, conv_dim, "the state's convolution channels", model.name));
-  return conv.VectorBytes(conv_dim / tp * width) + ssm.VectorBytes(ssm_elements);
+  if (conv_dim % tp != 0) {
+    return Status::InvalidArgument(model.name + ": tensor parallel size " + std::to_string(tp) +
+                                   " does not divide the state's convolution channels");
+  }
+  KVTIER_ASSIGN_OR_RETURN(int64_t conv_elements, NarrowCount(conv_dim / tp * width, model.name + ": the conv state"));
+  KVTIER_ASSIGN_OR_RETURN(int64_t ssm_count, NarrowCount(ssm_elements, model.name + ": the SSM state"));
+  return conv.VectorBytes(conv_elements) + ssm.VectorBytes(ssm_count);
 }
 
 }  // namespace
@@ -70,7 +76,12 @@ Result<uint64_t> StateBytesPerLayer(const ModelSpec& model, int64_t tp, const Kv
 Status SizingOptions::Validate() const {
   if (parallel.tensor_parallel < 1) return Status::InvalidArgument("tensor parallel size must be >= 1, got " + std::to_string(parallel.tensor_parallel));
   if (parallel.pipeline_parallel < 1) return Status::InvalidArgument("pipeline parallel size must be >= 1, got " + std::to_string(parallel.pipeline_parallel));
-  if (block_size < 1) return Status::InvalidArgument("block size must be >= 1 token, got " + std::to_string(block_size));
+  if (block_size < 1 || block_size > (int64_t{1} << 20)) {
+    return Status::InvalidArgument("block size must be 1 to 1048576 tokens, got " + std::to_string(block_size));
+  }
+  if (parallel.tensor_parallel > 65536 || parallel.pipeline_parallel > 65536) {
+    return Status::InvalidArgument("parallel sizes above 65536 GPUs are not supported");
+  }
   if (kv_quant_group < 0) return Status::InvalidArgument("KV quantization group must be >= 0, got " + std::to_string(kv_quant_group));
   return Status::Ok();
 }
@@ -123,16 +134,16 @@ Result<KvSizing> ComputeKvSizing(const ModelSpec& model, const SizingOptions& op
 
   // Report the stage that holds the most KV per token (then the most state).
   const auto stages = PipelineStages(model.num_layers, pp);
-  uint64_t all_gpus = 0;
-  std::pair<uint64_t, uint64_t> worst{0, 0};
+  Int128 all_gpus = 0;
+  std::pair<Int128, Int128> worst{0, 0};
   for (std::size_t s = 0; s < stages.size(); ++s) {
-    uint64_t kv = 0, state = 0;
+    Int128 kv = 0, state = 0;
     for (int64_t i = stages[s].first; i < stages[s].second; ++i) {
       const LayerSpec& layer = model.layers[static_cast<std::size_t>(i)];
       kv += layer_kv(layer);
       if (layer.mixer == LayerMixer::kLinearAttention) state += state_bytes;
     }
-    all_gpus += kv * static_cast<uint64_t>(tp);
+    all_gpus += kv * tp;
     if (s == 0 || std::make_pair(kv, state) > worst) {
       worst = {kv, state};
       sizing.pipeline_stage = static_cast<int64_t>(s);
@@ -140,10 +151,13 @@ Result<KvSizing> ComputeKvSizing(const ModelSpec& model, const SizingOptions& op
   }
   const auto [first, last] = stages[static_cast<std::size_t>(sizing.pipeline_stage)];
   sizing.layers_per_gpu = last - first;
-  sizing.kv_bytes_per_token = worst.first;
-  sizing.state_bytes_per_sequence = worst.second;
-  sizing.kv_bytes_per_token_all_gpus = all_gpus;
-  sizing.kv_bytes_per_block = sizing.kv_bytes_per_token * static_cast<uint64_t>(options.block_size);
+  KVTIER_ASSIGN_OR_RETURN(int64_t per_block, NarrowCount(worst.first * options.block_size, model.name + ": KV bytes per block"));
+  KVTIER_ASSIGN_OR_RETURN(int64_t state_total, NarrowCount(worst.second, model.name + ": state bytes per sequence"));
+  KVTIER_ASSIGN_OR_RETURN(int64_t all, NarrowCount(all_gpus, model.name + ": KV bytes per token on all GPUs"));
+  sizing.kv_bytes_per_token = static_cast<uint64_t>(worst.first);
+  sizing.kv_bytes_per_block = static_cast<uint64_t>(per_block);
+  sizing.state_bytes_per_sequence = static_cast<uint64_t>(state_total);
+  sizing.kv_bytes_per_token_all_gpus = static_cast<uint64_t>(all);
 
   for (LayerMixer mixer : {LayerMixer::kFullAttention, LayerMixer::kSlidingAttention, LayerMixer::kLinearAttention,
                            LayerMixer::kNoKv}) {
@@ -184,16 +198,16 @@ uint64_t KvSizing::BytesPerSequence(int64_t context, int64_t max_batched_tokens)
     const auto layers = static_cast<uint64_t>(g.layers);
     switch (g.mixer) {
       case LayerMixer::kFullAttention:
-        bytes += layers * full_blocks * block * g.kv_bytes_per_token_per_layer;
+        bytes = SaturatingAdd(bytes, SaturatingMul(SaturatingMul(layers, full_blocks * block), g.kv_bytes_per_token_per_layer));
         break;
       case LayerMixer::kSlidingAttention: {
-        const uint64_t kept = std::min<uint64_t>(static_cast<uint64_t>(g.window - 1 + max_batched_tokens), tokens);
+        const uint64_t kept = std::min(static_cast<uint64_t>(g.window - 1) + static_cast<uint64_t>(max_batched_tokens), tokens);
         const uint64_t blocks = std::min(CeilDiv(kept, block) + 1, full_blocks);
-        bytes += layers * blocks * block * g.kv_bytes_per_token_per_layer;
+        bytes = SaturatingAdd(bytes, SaturatingMul(SaturatingMul(layers, blocks * block), g.kv_bytes_per_token_per_layer));
         break;
       }
       case LayerMixer::kLinearAttention:
-        bytes += layers * g.state_bytes_per_sequence_per_layer;
+        bytes = SaturatingAdd(bytes, SaturatingMul(layers, g.state_bytes_per_sequence_per_layer));
         break;
       case LayerMixer::kNoKv:
         break;

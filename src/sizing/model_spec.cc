@@ -169,7 +169,7 @@ Result<ModelSpec> ParseModelConfig(std::string_view json_text, std::string_view 
   KVTIER_ASSIGN_OR_RETURN(spec.vocab_size, config.RequireInt({"vocab_size", "padded_vocab_size"}, 1));
   KVTIER_ASSIGN_OR_RETURN(auto max_positions,
                           config.OptionalInt({"max_position_embeddings", "n_positions", "seq_length",
-                                              "max_sequence_length"}, 1));
+                                              "max_sequence_length"}, 1, int64_t{1} << 40));
   spec.max_position_embeddings = max_positions.value_or(0);
   KVTIER_ASSIGN_OR_RETURN(auto intermediate, config.OptionalInt({"intermediate_size", "ffn_hidden_size",
                                                                  "n_inner"}, 0));

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "sizing/config_internal.h"
+#include "util/checked_math.h"
 
 namespace kvtier::sizing_internal {
 namespace {
@@ -33,7 +34,7 @@ Result<std::optional<MoeLayout>> ReadMoe(const JsonFields& config, const ModelSp
   MoeLayout moe;
   moe.experts = *experts;
   KVTIER_ASSIGN_OR_RETURN(auto per_token, config.OptionalInt({"num_experts_per_tok", "experts_per_token",
-                                                              "moe_topk", "num_experts_per_token"}, 1));
+                                                              "moe_topk", "num_experts_per_token"}, 1, *experts));
   moe.experts_per_token = per_token.value_or(1);
   KVTIER_ASSIGN_OR_RETURN(auto width, config.OptionalInt({"moe_intermediate_size"}, 1));
   moe.expert_width = width.value_or(spec.intermediate_size);
@@ -70,25 +71,25 @@ Result<std::optional<MoeLayout>> ReadMoe(const JsonFields& config, const ModelSp
 }
 
 // Projections of one attention layer, with biases and per-head norms.
-Result<int64_t> AttentionParameters(const JsonFields& config, const ModelSpec& spec) {
+Result<Int128> AttentionParameters(const JsonFields& config, const ModelSpec& spec) {
   const AttentionGeometry& a = spec.attention;
-  const int64_t h = spec.hidden_size;
+  const Int128 h = spec.hidden_size;
   if (a.kind == AttentionKind::kMla) {
     KVTIER_ASSIGN_OR_RETURN(auto q_lora, config.OptionalInt({"q_lora_rank"}, 1));
     KVTIER_ASSIGN_OR_RETURN(int64_t nope, config.RequireInt({"qk_nope_head_dim"}, 0));
-    const int64_t q_head = nope + a.qk_rope_head_dim;
-    const int64_t v_head = a.naive_head_dim;
-    int64_t q = q_lora ? h * *q_lora + *q_lora + *q_lora * a.num_q_heads * q_head  // q_a, q_a_norm, q_b
-                       : h * a.num_q_heads * q_head;
-    const int64_t kv = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank +  // kv_a, kv_a_norm
-                       a.kv_lora_rank * a.num_q_heads * (nope + v_head);            // kv_b
+    const Int128 q_head = nope + a.qk_rope_head_dim;
+    const Int128 v_head = a.naive_head_dim;
+    const Int128 q = q_lora ? h * *q_lora + *q_lora + Int128{*q_lora} * a.num_q_heads * q_head  // q_a, q_a_norm, q_b
+                            : h * a.num_q_heads * q_head;
+    const Int128 kv = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank +  // kv_a, kv_a_norm
+                      Int128{a.kv_lora_rank} * a.num_q_heads * (nope + v_head);     // kv_b
     return q + kv + a.num_q_heads * v_head * h;                                     // o_proj
   }
-  const int64_t q_width = a.num_q_heads * a.head_dim_k;
-  const int64_t kv_width = a.num_kv_heads * (a.head_dim_k + a.head_dim_v);
+  const Int128 q_width = Int128{a.num_q_heads} * a.head_dim_k;
+  const Int128 kv_width = Int128{a.num_kv_heads} * (a.head_dim_k + a.head_dim_v);
   // Qwen3-Next's full-attention layers project a sigmoid output gate along with Q.
-  const int64_t q_out = spec.model_type == "qwen3_next" ? 2 * q_width : q_width;
-  int64_t params = h * (q_out + kv_width) + a.num_q_heads * a.head_dim_v * h;
+  const Int128 q_out = spec.model_type == "qwen3_next" ? 2 * q_width : q_width;
+  Int128 params = h * (q_out + kv_width) + Int128{a.num_q_heads} * a.head_dim_v * h;
   KVTIER_ASSIGN_OR_RETURN(auto attention_bias, config.OptionalBool({"attention_bias", "bias", "add_bias_linear"}));
   if (attention_bias.value_or(false)) {
     params += q_out + kv_width + h;
@@ -102,25 +103,25 @@ Result<int64_t> AttentionParameters(const JsonFields& config, const ModelSpec& s
   return params;
 }
 
-int64_t LinearStateParameters(const LinearStateGeometry& s, int64_t hidden) {
+Int128 LinearStateParameters(const LinearStateGeometry& s, Int128 hidden) {
   switch (s.kind) {
     case StateKind::kGatedDeltaNet: {
-      const int64_t key_dim = s.num_k_heads * s.head_k_dim;
-      const int64_t value_dim = s.num_v_heads * s.head_v_dim;
-      const int64_t conv_dim = 2 * key_dim + value_dim;
+      const Int128 key_dim = Int128{s.num_k_heads} * s.head_k_dim;
+      const Int128 value_dim = Int128{s.num_v_heads} * s.head_v_dim;
+      const Int128 conv_dim = 2 * key_dim + value_dim;
       return hidden * (2 * key_dim + 2 * value_dim) + hidden * 2 * s.num_v_heads  // in_proj_qkvz, in_proj_ba
              + conv_dim * s.conv_kernel + 2 * s.num_v_heads + s.head_v_dim      // conv1d, dt_bias, A_log, norm
              + value_dim * hidden;                                               // out_proj
     }
     case StateKind::kMamba2: {
-      const int64_t conv_dim = s.intermediate_size + 2 * s.n_groups * s.state_size;
+      const Int128 conv_dim = s.intermediate_size + 2 * Int128{s.n_groups} * s.state_size;
       return hidden * (s.intermediate_size + conv_dim + s.num_heads)  // in_proj: z, xBC, dt
              + conv_dim * (s.conv_kernel + 1) + 3 * s.num_heads        // conv1d with bias, dt_bias, A_log, D
              + s.intermediate_size + s.intermediate_size * hidden;     // gated norm, out_proj
     }
     case StateKind::kMamba1: {
-      const int64_t inner = s.intermediate_size;
-      const int64_t dt_rank = (hidden + 15) / 16;
+      const Int128 inner = s.intermediate_size;
+      const Int128 dt_rank = (hidden + 15) / 16;
       return hidden * 2 * inner + inner * (s.conv_kernel + 1) + inner * (dt_rank + 2 * s.state_size) +
              dt_rank * inner + inner + inner * s.state_size + inner + inner * hidden;
     }
@@ -144,28 +145,32 @@ double DtypeBits(std::string_view dtype) {
 }
 
 Result<ParameterCount> CountParameters(const JsonFields& config, const ModelSpec& spec) {
-  ParameterCount p;
-  const int64_t h = spec.hidden_size;
+  // Summed in 128 bits: hostile configs must not overflow (see util/checked_math.h).
+  struct {
+    Int128 embedding = 0, lm_head = 0, attention = 0, linear_attention = 0, dense_mlp = 0, experts = 0,
+           shared_and_router = 0, norms = 0;
+  } p;
+  const Int128 h = spec.hidden_size;
   const bool falcon_rw = IsOneOf(spec.model_type, {"RefinedWebModel", "RefinedWeb", "falcon"});
   KVTIER_ASSIGN_OR_RETURN(auto tie, config.OptionalBool({"tie_word_embeddings"}));
   p.embedding = spec.vocab_size * h;
   p.lm_head = tie.value_or(DefaultTieEmbeddings(spec.model_type)) ? 0 : spec.vocab_size * h;
 
-  KVTIER_ASSIGN_OR_RETURN(const int64_t attention_layer, AttentionParameters(config, spec));
-  const int64_t state_layer = spec.linear_state ? LinearStateParameters(*spec.linear_state, h) : 0;
+  KVTIER_ASSIGN_OR_RETURN(const Int128 attention_layer, AttentionParameters(config, spec));
+  const Int128 state_layer = spec.linear_state ? LinearStateParameters(*spec.linear_state, h) : 0;
   KVTIER_ASSIGN_OR_RETURN(auto moe, ReadMoe(config, spec));
   KVTIER_ASSIGN_OR_RETURN(auto mlp_bias, config.OptionalBool({"mlp_bias"}));
   // Falcon's RW models use a plain GELU MLP of 4 x hidden; the others are gated (SwiGLU/GeGLU).
-  const int64_t dense_width = falcon_rw && spec.intermediate_size == 0 ? 4 * h : spec.intermediate_size;
-  const int64_t dense_matrices = falcon_rw ? 2 : 3;
-  const int64_t dense_layer_mlp = dense_matrices * h * dense_width +
+  const Int128 dense_width = falcon_rw && spec.intermediate_size == 0 ? 4 * h : Int128{spec.intermediate_size};
+  const Int128 dense_matrices = falcon_rw ? 2 : 3;
+  const Int128 dense_layer_mlp = dense_matrices * h * dense_width +
                                   (mlp_bias.value_or(false) ? (dense_matrices - 1) * dense_width + h : 0);
   const bool gpt_oss = spec.model_type == "gpt_oss";
   // gpt-oss experts carry biases on gate_up (2 x width) and down (hidden); its router has a bias.
-  const int64_t expert = moe ? 3 * h * moe->expert_width + (gpt_oss ? 2 * moe->expert_width + h : 0) : 0;
+  const Int128 expert = moe ? 3 * h * moe->expert_width + (gpt_oss ? 2 * moe->expert_width + h : 0) : 0;
   // Norms per layer: LayerNorm with bias in Falcon (one shared by the parallel branches),
   // four RMSNorms in Gemma 2/3, two RMSNorms elsewhere.
-  const int64_t norms_per_layer = falcon_rw ? 2 * h : IsOneOf(spec.model_type, {"gemma2", "gemma3", "gemma3_text"}) ? 4 * h : 2 * h;
+  const Int128 norms_per_layer = falcon_rw ? 2 * h : IsOneOf(spec.model_type, {"gemma2", "gemma3", "gemma3_text"}) ? 4 * h : 2 * h;
 
   for (int64_t i = 0; i < spec.num_layers; ++i) {
     const LayerSpec& layer = spec.layers[static_cast<std::size_t>(i)];
@@ -183,20 +188,30 @@ Result<ParameterCount> CountParameters(const JsonFields& config, const ModelSpec
     }
     if (moe && moe->dense_layers.count(i) == 0) {
       p.experts += moe->experts * expert;
-      p.shared_and_router += h * moe->experts + (moe->router_bias ? moe->experts : 0) + 3 * h * moe->shared_width +
-                             (moe->shared_gate ? h : 0);
+      p.shared_and_router += h * moe->experts + (moe->router_bias ? moe->experts : 0) +
+                             3 * h * moe->shared_width + (moe->shared_gate ? h : 0);
     } else {
       p.dense_mlp += dense_layer_mlp;
     }
   }
   p.norms += falcon_rw ? 2 * h : h;  // final norm
-  p.total = p.embedding + p.lm_head + p.attention + p.linear_attention + p.dense_mlp + p.experts +
-            p.shared_and_router + p.norms;
-  p.active_per_token = p.total;
-  if (moe && moe->experts > 0) {
-    p.active_per_token -= p.experts / moe->experts * (moe->experts - moe->experts_per_token);
-  }
-  return p;
+  const Int128 total = p.embedding + p.lm_head + p.attention + p.linear_attention + p.dense_mlp + p.experts +
+                       p.shared_and_router + p.norms;
+  const Int128 unused_experts = moe ? p.experts / moe->experts * (moe->experts - moe->experts_per_token) : 0;
+
+  ParameterCount out;
+  KVTIER_ASSIGN_OR_RETURN(out.total, NarrowCount(total, config.source() + ": the parameter count"));
+  // Every part is at most the total, so each narrows.
+  out.embedding = static_cast<int64_t>(p.embedding);
+  out.lm_head = static_cast<int64_t>(p.lm_head);
+  out.attention = static_cast<int64_t>(p.attention);
+  out.linear_attention = static_cast<int64_t>(p.linear_attention);
+  out.dense_mlp = static_cast<int64_t>(p.dense_mlp);
+  out.experts = static_cast<int64_t>(p.experts);
+  out.shared_and_router = static_cast<int64_t>(p.shared_and_router);
+  out.norms = static_cast<int64_t>(p.norms);
+  out.active_per_token = static_cast<int64_t>(total - unused_experts);
+  return out;
 }
 
 Result<WeightFormat> ReadWeightFormat(const JsonFields& config, const ModelSpec& spec) {

@@ -127,8 +127,8 @@ Result<std::optional<JsonFields>> JsonFields::Object(std::string_view name) cons
   return std::optional<JsonFields>(JsonFields(*found->second, source_, std::move(nested)));
 }
 
-Result<int64_t> JsonFields::ToInt(std::string_view name, const nlohmann::json& value,
-                                  int64_t min) const {
+Result<int64_t> JsonFields::ToInt(std::string_view name, const nlohmann::json& value, int64_t min,
+                                  int64_t max) const {
   int64_t out = 0;
   if (value.is_number_integer()) {
     if (value.is_number_unsigned() &&
@@ -151,23 +151,26 @@ Result<int64_t> JsonFields::ToInt(std::string_view name, const nlohmann::json& v
   if (out < min) {
     return FieldError(name, "must be >= " + std::to_string(min) + ", got " + std::to_string(out));
   }
+  if (out > max) {
+    return FieldError(name, "must be <= " + std::to_string(max) + ", got " + std::to_string(out));
+  }
   return out;
 }
 
-Result<int64_t> JsonFields::RequireInt(std::initializer_list<std::string_view> names,
-                                       int64_t min) const {
+Result<int64_t> JsonFields::RequireInt(std::initializer_list<std::string_view> names, int64_t min,
+                                       int64_t max) const {
   auto found = Find(names);
   if (!found) {
     return FieldError(JoinNames(names), "is missing (or null); it is required to size the KV cache");
   }
-  return ToInt(found->first, *found->second, min);
+  return ToInt(found->first, *found->second, min, max);
 }
 
 Result<std::optional<int64_t>> JsonFields::OptionalInt(std::initializer_list<std::string_view> names,
-                                                       int64_t min) const {
+                                                       int64_t min, int64_t max) const {
   auto found = Find(names);
   if (!found) return std::optional<int64_t>();
-  KVTIER_ASSIGN_OR_RETURN(int64_t value, ToInt(found->first, *found->second, min));
+  KVTIER_ASSIGN_OR_RETURN(int64_t value, ToInt(found->first, *found->second, min, max));
   return std::optional<int64_t>(value);
 }
 
@@ -221,7 +224,7 @@ Result<std::optional<std::vector<std::string>>> JsonFields::OptionalStringArray(
 }
 
 Result<std::optional<std::vector<int64_t>>> JsonFields::OptionalIntArray(
-    std::initializer_list<std::string_view> names, int64_t min) const {
+    std::initializer_list<std::string_view> names, int64_t min, int64_t max) const {
   auto found = Find(names);
   if (!found) return std::optional<std::vector<int64_t>>();
   const nlohmann::json& value = *found->second;
@@ -229,7 +232,7 @@ Result<std::optional<std::vector<int64_t>>> JsonFields::OptionalIntArray(
   std::vector<int64_t> out;
   out.reserve(value.size());
   for (const nlohmann::json& element : value) {
-    KVTIER_ASSIGN_OR_RETURN(int64_t v, ToInt(found->first, element, min));
+    KVTIER_ASSIGN_OR_RETURN(int64_t v, ToInt(found->first, element, min, max));
     out.push_back(v);
   }
   return std::optional<std::vector<int64_t>>(std::move(out));

@@ -45,17 +45,20 @@ class JsonFields {
   // The nested object `name`, or nullopt when absent or null; an error when it is not an object.
   Result<std::optional<JsonFields>> Object(std::string_view name) const;
 
-  // Integers must be integral numbers (4096 or 4096.0); `min` is inclusive.
-  Result<int64_t> RequireInt(std::initializer_list<std::string_view> names, int64_t min) const;
+  // Integers must be integral numbers (4096 or 4096.0) in [min, max]. The default `max`,
+  // 2^24, is far above any real model dimension and keeps products of a few of them exact.
+  static constexpr int64_t kMaxDimension = int64_t{1} << 24;
+  Result<int64_t> RequireInt(std::initializer_list<std::string_view> names, int64_t min,
+                             int64_t max = kMaxDimension) const;
   Result<std::optional<int64_t>> OptionalInt(std::initializer_list<std::string_view> names,
-                                             int64_t min) const;
+                                             int64_t min, int64_t max = kMaxDimension) const;
   Result<std::optional<double>> OptionalNumber(std::initializer_list<std::string_view> names) const;
   Result<std::optional<bool>> OptionalBool(std::initializer_list<std::string_view> names) const;
   Result<std::optional<std::string>> OptionalString(std::initializer_list<std::string_view> names) const;
   Result<std::optional<std::vector<std::string>>> OptionalStringArray(
       std::initializer_list<std::string_view> names) const;
   Result<std::optional<std::vector<int64_t>>> OptionalIntArray(
-      std::initializer_list<std::string_view> names, int64_t min) const;
+      std::initializer_list<std::string_view> names, int64_t min, int64_t max = kMaxDimension) const;
 
   // "<source>: <path.>name <message>", as an InvalidArgument status.
   Status FieldError(std::string_view name, std::string_view message) const;
@@ -64,7 +67,7 @@ class JsonFields {
   // The first of `names` present and non-null, with its name.
   std::optional<std::pair<std::string_view, const nlohmann::json*>> Find(
       std::initializer_list<std::string_view> names) const;
-  Result<int64_t> ToInt(std::string_view name, const nlohmann::json& value, int64_t min) const;
+  Result<int64_t> ToInt(std::string_view name, const nlohmann::json& value, int64_t min, int64_t max) const;
 
   const nlohmann::json* object_;
   std::string source_;
