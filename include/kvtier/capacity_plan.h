@@ -39,6 +39,11 @@ struct GpuMemoryPlan {
   int64_t max_batch = 0;                 // sequences of `context` tokens that fit together
   std::string limited_by;                // "kv_cache", "weights", "context", "max_num_seqs"
   std::string explanation;               // a sentence a person can act on
+  // The same budget sized as a framework that treats every layer as MHA would size it
+  // (naive_mha_bytes_per_token_per_layer, all layers, no window caps, no state): the
+  // comparison behind the paper's batch-size claim.
+  uint64_t naive_mha_bytes_per_sequence = 0;
+  int64_t naive_mha_max_batch = 0;
 };
 
 // Weights of the whole model in bytes, in its checkpoint format or `weight_dtype`.

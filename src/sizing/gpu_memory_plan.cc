@@ -3,6 +3,7 @@
 
 #include "kvtier/capacity_plan.h"
 #include "sizing/config_internal.h"
+#include "util/checked_math.h"
 
 namespace kvtier {
 namespace {
@@ -76,6 +77,11 @@ Result<GpuMemoryPlan> PlanGpuMemory(const ModelSpec& model, const KvSizing& sizi
   plan.kv_budget_bytes = static_cast<int64_t>(plan.usable_bytes) - static_cast<int64_t>(plan.weight_bytes_per_gpu) -
                          static_cast<int64_t>(plan.activation_reserve_bytes);
   plan.bytes_per_sequence = sizing.BytesPerSequence(options.context, options.max_batched_tokens);
+  const auto block = static_cast<uint64_t>(sizing.block_size);
+  const uint64_t padded_context = (static_cast<uint64_t>(options.context) + block - 1) / block * block;
+  plan.naive_mha_bytes_per_sequence =
+      SaturatingMul(SaturatingMul(padded_context, sizing.naive_mha_bytes_per_token_per_layer),
+                    static_cast<uint64_t>(sizing.layers_per_gpu));
 
   if (plan.kv_budget_bytes <= 0) {
     plan.limited_by = "weights";
@@ -87,6 +93,8 @@ Result<GpuMemoryPlan> PlanGpuMemory(const ModelSpec& model, const KvSizing& sizi
   const auto budget = static_cast<uint64_t>(plan.kv_budget_bytes);
   plan.max_tokens = sizing.kv_bytes_per_token > 0 ? static_cast<int64_t>(budget / sizing.kv_bytes_per_token) : 0;
   plan.max_batch = plan.bytes_per_sequence > 0 ? static_cast<int64_t>(budget / plan.bytes_per_sequence) : 0;
+  plan.naive_mha_max_batch =
+      plan.naive_mha_bytes_per_sequence > 0 ? static_cast<int64_t>(budget / plan.naive_mha_bytes_per_sequence) : 0;
   plan.limited_by = "kv_cache";
   plan.explanation = Gib(static_cast<double>(budget)) + " of KV budget / " +
                      std::to_string(plan.bytes_per_sequence) + " bytes per sequence of " + std::to_string(options.context) +

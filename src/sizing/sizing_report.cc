@@ -81,6 +81,7 @@ nlohmann::json ToJson(const SizingReport& r) {
     out["bytes_per_sequence"] = g.bytes_per_sequence;
     out["max_tokens"] = g.max_tokens;
     out["max_batch"] = g.max_batch;
+    out["naive_mha_max_batch"] = g.naive_mha_max_batch;
     out["limited_by"] = g.limited_by;
     out["limit_explanation"] = g.explanation;
   }
@@ -176,6 +177,7 @@ std::string SizingReportTable(const SizingReport& r) {
     out << "max tokens           " << WithThousands(static_cast<uint64_t>(g.max_tokens)) << "\n";
     out << "max batch            " << g.max_batch << " at " << r.gpu_options->context << " tokens (limited by "
         << g.limited_by << ": " << g.explanation << ")\n";
+    out << "max batch if MHA     " << g.naive_mha_max_batch << " (every layer sized as MHA)\n";
   }
   for (const TierFit& t : r.tiers) {
     out << "tier " << t.name << std::string(t.name.size() < 16 ? 16 - t.name.size() : 1, ' ')
