@@ -55,7 +55,17 @@ Result<SizingReport> SizeOne(const ModelSpec& model, const SizeArgs& args,
   return report;
 }
 
+// Range checks on options the library would otherwise silently ignore when unused.
+Status ValidateArgs(const SizeArgs& args) {
+  if (!(args.gpu_mem_gib >= 0)) return Status::InvalidArgument("--gpu-mem-gib must be a positive number of GiB");
+  if (args.context < 0) return Status::InvalidArgument("--context must be a positive number of tokens");
+  if (args.max_batched_tokens < 1) return Status::InvalidArgument("--max-batched-tokens must be >= 1");
+  if (args.max_num_seqs < 0) return Status::InvalidArgument("--max-num-seqs must be >= 0");
+  return args.sizing.Validate();
+}
+
 Status RunSize(const SizeArgs& args) {
+  KVTIER_RETURN_IF_ERROR(ValidateArgs(args));
   if (args.list) {
     for (const CatalogEntry& entry : ListCatalog()) std::cout << entry.name << "\t" << entry.file << "\n";
     return Status::Ok();

@@ -44,6 +44,21 @@ TEST(GpuMemoryPlan, Llama3_8BOnOne80GiBGpu) {
   EXPECT_EQ(plan->limited_by, "kv_cache");
 }
 
+TEST(GpuMemoryPlan, NaiveMhaBatchUsesTheSameBudget) {
+  Sized s = SizeCatalog("deepseek-v3", 8);
+  GpuMemoryOptions options;
+  options.gpu_mem_gib = 141;
+  options.context = 8192;
+  options.activation_reserve_gib = 1;
+  Result<GpuMemoryPlan> plan = PlanGpuMemory(s.model, s.kv, options);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_GT(plan->kv_budget_bytes, 0);
+  const auto budget = static_cast<uint64_t>(plan->kv_budget_bytes);
+  // Per GPU under TP 8: naive MHA keeps 128 / 8 heads x 2 x 128 x 2 bytes, MLA one 576 x 2 latent.
+  EXPECT_EQ(static_cast<uint64_t>(plan->naive_mha_max_batch), budget / (8192ull * 61 * (2 * 16 * 128 * 2)));
+  EXPECT_EQ(static_cast<uint64_t>(plan->max_batch), budget / (8192ull * 61 * 1152));
+}
+
 TEST(GpuMemoryPlan, WeightsThatDoNotFitAreNamed) {
   Sized s = SizeCatalog("llama-3.1-405b");
   GpuMemoryOptions options;

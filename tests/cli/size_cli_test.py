@@ -84,6 +84,14 @@ class SizeCli(unittest.TestCase):
         self.assertEqual(kvtier("size", "llama-3-8b", "--kv-dtype", "fp5").returncode, 1)
         self.assertEqual(kvtier("size", "llama-3-8b", "--block-size", "0").returncode, 1)
         self.assertEqual(kvtier("size", "llama-3-8b", "--gpu-mem-gib", "80").returncode, 1)
+        for flag, value in (("--gpu-mem-gib", "-80"), ("--context", "-5"), ("--tp", "0"), ("--pp", "-1"),
+                            ("--gpu-util", "1.5"), ("--max-batched-tokens", "0"), ("--tp", "1000000")):
+            args = ["size", "llama-3-8b", flag, value]
+            if flag == "--gpu-util":
+                args += ["--gpu-mem-gib", "80", "--context", "1024"]
+            run = kvtier(*args)
+            self.assertEqual(run.returncode, 1, f"{flag} {value}: rc={run.returncode} {run.stderr}")
+            self.assertIn("error:", run.stderr)
         self.assertEqual(kvtier("size", "llama-3-8b", "--tiers", "/no/such.yaml").returncode, 1)
         self.assertEqual(kvtier("size", "--config", "/no/such/config.json").returncode, 1)
 
