@@ -28,6 +28,8 @@ enum class StatusCode : int {
   kResourceExhausted = 6,// capacity, memory or quota ran out
   kUnavailable = 7,      // a dependency (device, server) is not reachable now
   kInternal = 8,         // a kvtier bug: please report it
+  kFailedPrecondition = 9,  // the operation is valid but not in the current state (pinned, not a leaf)
+  kAlreadyExists = 10,   // a key is taken (by different content: a hash collision)
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -45,6 +47,8 @@ class [[nodiscard]] Status {
   static Status ResourceExhausted(std::string message) { return {StatusCode::kResourceExhausted, std::move(message)}; }
   static Status Unavailable(std::string message) { return {StatusCode::kUnavailable, std::move(message)}; }
   static Status Internal(std::string message) { return {StatusCode::kInternal, std::move(message)}; }
+  static Status FailedPrecondition(std::string message) { return {StatusCode::kFailedPrecondition, std::move(message)}; }
+  static Status AlreadyExists(std::string message) { return {StatusCode::kAlreadyExists, std::move(message)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

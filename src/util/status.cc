@@ -16,6 +16,8 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kResourceExhausted: return "ResourceExhausted";
     case StatusCode::kUnavailable: return "Unavailable";
     case StatusCode::kInternal: return "Internal";
+    case StatusCode::kFailedPrecondition: return "FailedPrecondition";
+    case StatusCode::kAlreadyExists: return "AlreadyExists";
   }
   return "Unknown";
 }

@@ -1,0 +1,163 @@
+// PrefixIndex: which blocks of which prefixes are cached, where, and how they are used.
+//
+// A tree of blocks: each block's parent is the block before it in its request. Because a
+// BlockKey is a chained hash (block.h) it already names the whole prefix, so the tree is
+// held as one open-addressing hash table from key to node, each node pointing at its parent
+// and counting its children: the child maps of a radix tree without their memory. A
+// longest-prefix lookup walks a request's keys in O(its blocks); a key found under a
+// different parent (or with a different token fingerprint) is a hash collision and ends the
+// prefix as a miss, counted in Stats::collisions.
+//
+// Per node: the key, its parent, children count, size, the tiers holding it (a bit per
+// tier, and per head group for head-granular placement), a pin count, last access time and
+// access count, the predictor's tags (block type, transition) and a token fingerprint. About
+// 80 bytes per block with the table (`MemoryBytes()`).
+//
+// Eviction only removes unpinned leaves (a child is useless without its parent).
+// EvictableLeaves() walks a list of the current leaves in the order they became leaves, so
+// leaf-first candidates cost O(candidates), not O(blocks).
+//
+// Thread-safety and locking: one reader-writer lock (`mutex_`). Lookups, Find, Pin/unpin,
+// Touch, tier updates and iteration take it shared; node fields they change are atomics.
+// Insert and Evict take it exclusive. Nothing else is locked while it is held, and no
+// callback runs under it except ForEachBlock's visitor (which must not call the index).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <shared_mutex>
+#include <span>
+#include <vector>
+
+#include "kvtier/block.h"
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+// Tiers are numbered 0..7 (T0 GPU HBM ... T5 parallel filesystem); a mask holds one bit each.
+using TierMask = uint8_t;
+inline constexpr int kMaxTiers = 8;
+
+// What a caller states about a block when it inserts it.
+struct BlockMeta {
+  uint32_t size_bytes = 0;
+  BlockType type = BlockType::kUserContext;
+  TransitionType transition = TransitionType::kSameToolRepeat;
+  uint64_t fingerprint = 0;  // BlockHasher::TokenFingerprint; 0 = unknown (not checked)
+  TierMask tiers = 0;        // where the payload already is
+};
+
+// A snapshot of one node.
+struct BlockInfo {
+  BlockKey key;
+  std::optional<BlockKey> parent;  // nullopt for a first block
+  BlockMeta meta;
+  uint32_t children = 0;
+  uint32_t pins = 0;
+  uint64_t last_access = 0;  // caller's clock (Insert/LongestPrefix/Touch `now`)
+  uint32_t access_count = 0;
+};
+
+struct PrefixIndexOptions {
+  std::size_t expected_blocks = 1 << 16;  // Default: 65536; the table grows past it
+  Status Validate() const;
+};
+
+class PrefixIndex;
+
+// Keeps blocks pinned (not evictable) while it lives. Move-only.
+class PinnedBlocks {
+ public:
+  PinnedBlocks() = default;
+  PinnedBlocks(PinnedBlocks&& other) noexcept;
+  PinnedBlocks& operator=(PinnedBlocks&& other) noexcept;
+  PinnedBlocks(const PinnedBlocks&) = delete;
+  PinnedBlocks& operator=(const PinnedBlocks&) = delete;
+  ~PinnedBlocks();
+
+  std::size_t size() const { return nodes_.size(); }
+  void Release();
+
+ private:
+  friend class PrefixIndex;
+  PinnedBlocks(const PrefixIndex* index, std::vector<uint32_t> nodes) : index_(index), nodes_(std::move(nodes)) {}
+
+  const PrefixIndex* index_ = nullptr;
+  std::vector<uint32_t> nodes_;
+};
+
+class PrefixIndex {
+ public:
+  struct Stats {
+    uint64_t blocks = 0;
+    uint64_t leaves = 0;
+    uint64_t lookups = 0;
+    uint64_t hit_blocks = 0;
+    uint64_t collisions = 0;
+    uint64_t evictions = 0;
+  };
+
+  explicit PrefixIndex(PrefixIndexOptions options = {});
+  ~PrefixIndex();
+  PrefixIndex(const PrefixIndex&) = delete;
+  PrefixIndex& operator=(const PrefixIndex&) = delete;
+
+  // Inserts the chain `keys` (block i's parent is block i-1; block 0's is `parent`, or none).
+  // Blocks already present are touched and keep their meta; new ones take `meta[i]`.
+  // Returns how many blocks were new. A key already present under another parent, or with
+  // another fingerprint, is a collision: AlreadyExists, and the blocks before it stay inserted.
+  // NotFound when `parent` is given but not present.
+  Result<std::size_t> Insert(std::span<const BlockKey> keys, std::span<const BlockMeta> meta, uint64_t now,
+                             const std::optional<BlockKey>& parent = std::nullopt);
+
+  // Number of leading keys of `keys` that are present (the first with no parent). Touches
+  // them (last access `now`, count + 1). `fingerprints`, when given, are checked too.
+  std::size_t LongestPrefix(std::span<const BlockKey> keys, uint64_t now,
+                            std::span<const uint64_t> fingerprints = {}) const;
+
+  std::optional<BlockInfo> Find(const BlockKey& key) const;
+
+  // Pins the first `keys.size()` blocks of a chain; NotFound if one is missing.
+  Result<PinnedBlocks> Pin(std::span<const BlockKey> keys) const;
+
+  // Records that `tier` does / does not hold the block. NotFound if absent.
+  Status SetTier(const BlockKey& key, int tier, bool present);
+
+  // Removes an unpinned leaf. FailedPrecondition when it has children or pins.
+  Status Evict(const BlockKey& key);
+
+  // Up to `max` unpinned leaves, oldest leaf first.
+  std::vector<BlockKey> EvictableLeaves(std::size_t max) const;
+
+  // Every block, each after its parent. The visitor must not call the index.
+  void ForEachBlock(const std::function<void(const BlockInfo&)>& visitor) const;
+
+  Stats GetStats() const;
+  std::size_t size() const;
+  std::size_t MemoryBytes() const;  // table and nodes, as allocated
+
+ private:
+  friend class PinnedBlocks;
+  struct Node;
+  class NodeArena;
+
+  void Unpin(std::span<const uint32_t> nodes) const;
+
+  mutable std::shared_mutex mutex_;
+  std::unique_ptr<NodeArena> arena_;  // GUARDED_BY(mutex_) for structure; node atomics are lock-free
+  // Open addressing with linear probing: slot_lo_ holds the key's low word, slot_node_ the
+  // node (kNoNode when empty). GUARDED_BY(mutex_).
+  std::vector<uint64_t> slot_lo_;
+  std::vector<uint32_t> slot_node_;
+  std::size_t used_ = 0;             // GUARDED_BY(mutex_)
+  uint32_t leaf_head_;               // oldest leaf; GUARDED_BY(mutex_)
+  uint32_t leaf_tail_;               // GUARDED_BY(mutex_)
+  std::size_t leaves_ = 0;           // GUARDED_BY(mutex_)
+  mutable std::atomic<uint64_t> lookups_{0}, hit_blocks_{0}, collisions_{0};
+  uint64_t evictions_ = 0;           // GUARDED_BY(mutex_)
+};
+
+}  // namespace kvtier

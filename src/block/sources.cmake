@@ -1,0 +1,1 @@
+# Block identity: chained keys, CBOR serialization, checksums.

@@ -1,0 +1,1 @@
+# Content-addressed payload store and checkpoints.

@@ -1,0 +1,1 @@
+# The prefix index.
