@@ -1,0 +1,236 @@
+#include <openssl/evp.h>
+#include <xxhash.h>
+
+#include "block/cbor_writer.h"
+#include "kvtier/block.h"
+
+namespace kvtier {
+namespace {
+
+constexpr char kHexDigits[] = "0123456789abcdef";
+
+std::string Hex(std::span<const uint8_t> bytes) {
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (uint8_t b : bytes) {
+    out += kHexDigits[b >> 4];
+    out += kHexDigits[b & 0xf];
+  }
+  return out;
+}
+
+BlockDigest Xxh3Digest(std::span<const uint8_t> data) {
+  XXH128_canonical_t canonical;
+  XXH128_canonicalFromHash(&canonical, XXH3_128bits(data.data(), data.size()));
+  BlockDigest digest;
+  std::copy(std::begin(canonical.digest), std::end(canonical.digest), digest.bytes.begin());
+  digest.size = 16;
+  return digest;
+}
+
+BlockDigest Sha256Digest(std::span<const uint8_t> data) {
+  BlockDigest digest;
+  unsigned int length = 0;
+  // EVP_Digest is OpenSSL's one-shot interface; it fails only on allocation failure.
+  if (EVP_Digest(data.data(), data.size(), digest.bytes.data(), &length, EVP_sha256(), nullptr) != 1 || length != 32) {
+    std::abort();
+  }
+  digest.size = 32;
+  return digest;
+}
+
+BlockHasher::DigestFunction DigestFor(BlockHashAlgorithm algorithm) {
+  return algorithm == BlockHashAlgorithm::kXxh3_128 ? BlockHasher::DigestFunction(Xxh3Digest)
+                                                    : BlockHasher::DigestFunction(Sha256Digest);
+}
+
+}  // namespace
+
+std::string BlockKey::ToHex() const {
+  std::array<uint8_t, 16> bytes{};
+  for (int i = 0; i < 8; ++i) {
+    bytes[static_cast<std::size_t>(i)] = static_cast<uint8_t>(hi >> (56 - 8 * i));
+    bytes[static_cast<std::size_t>(8 + i)] = static_cast<uint8_t>(lo >> (56 - 8 * i));
+  }
+  return Hex(bytes);
+}
+
+Result<BlockKey> BlockKey::FromHex(std::string_view hex) {
+  if (hex.size() != 32) return Status::InvalidArgument("a block key is 32 hex digits, got " + std::to_string(hex.size()));
+  BlockKey key;
+  for (std::size_t i = 0; i < 32; ++i) {
+    const char c = hex[i];
+    uint64_t nibble = 0;
+    if (c >= '0' && c <= '9') {
+      nibble = static_cast<uint64_t>(c - '0');
+    } else if (c >= 'a' && c <= 'f') {
+      nibble = static_cast<uint64_t>(c - 'a' + 10);
+    } else if (c >= 'A' && c <= 'F') {
+      nibble = static_cast<uint64_t>(c - 'A' + 10);
+    } else {
+      return Status::InvalidArgument("'" + std::string(hex) + "' is not hexadecimal");
+    }
+    uint64_t& word = i < 16 ? key.hi : key.lo;
+    word = (word << 4) | nibble;
+  }
+  return key;
+}
+
+BlockKey BlockKey::FromDigestBytes(std::span<const uint8_t> digest) {
+  BlockKey key;
+  for (std::size_t i = 0; i < 16 && i < digest.size(); ++i) {
+    uint64_t& word = i < 8 ? key.hi : key.lo;
+    word = (word << 8) | digest[i];
+  }
+  return key;
+}
+
+std::string BlockDigest::ToHex() const { return Hex(view()); }
+
+std::string_view BlockHashAlgorithmName(BlockHashAlgorithm algorithm) {
+  switch (algorithm) {
+    case BlockHashAlgorithm::kXxh3_128: return "xxh3_128";
+    case BlockHashAlgorithm::kSha256: return "sha256";
+    case BlockHashAlgorithm::kVllmSha256Cbor: return "sha256_cbor";
+  }
+  return "unknown";
+}
+
+Result<BlockHashAlgorithm> ParseBlockHashAlgorithm(std::string_view name) {
+  for (BlockHashAlgorithm a : {BlockHashAlgorithm::kXxh3_128, BlockHashAlgorithm::kSha256, BlockHashAlgorithm::kVllmSha256Cbor}) {
+    if (name == BlockHashAlgorithmName(a)) return a;
+  }
+  return Status::InvalidArgument("unknown block hash '" + std::string(name) + "' (expected xxh3_128, sha256 or sha256_cbor)");
+}
+
+std::string_view BlockTypeName(BlockType type) {
+  switch (type) {
+    case BlockType::kSystemPrompt: return "system_prompt";
+    case BlockType::kToolContext: return "tool_context";
+    case BlockType::kUserContext: return "user_context";
+    case BlockType::kIntermediateReasoning: return "intermediate_reasoning";
+  }
+  return "unknown";
+}
+
+std::string_view TransitionTypeName(TransitionType type) {
+  switch (type) {
+    case TransitionType::kSameToolRepeat: return "same_tool_repeat";
+    case TransitionType::kToolSwitch: return "tool_switch";
+    case TransitionType::kReasoningStep: return "reasoning_step";
+    case TransitionType::kAgentHandoff: return "agent_handoff";
+  }
+  return "unknown";
+}
+
+Status BlockHasherOptions::Validate() const {
+  if (block_size < 1 || block_size > (int64_t{1} << 20)) {
+    return Status::InvalidArgument("block size must be 1 to 1048576 tokens, got " + std::to_string(block_size));
+  }
+  return Status::Ok();
+}
+
+BlockHasher::BlockHasher(BlockHasherOptions options, DigestFunction digest)
+    : options_(std::move(options)), digest_(std::move(digest)) {
+  CborWriter seed;
+  seed.Text(options_.root_seed);
+  root_ = digest_(seed.bytes());
+}
+
+Result<BlockHasher> BlockHasher::Create(const BlockHasherOptions& options) {
+  KVTIER_RETURN_IF_ERROR(options.Validate());
+  return BlockHasher(options, DigestFor(options.algorithm));
+}
+
+BlockHasher BlockHasher::WithDigestFunctionForTesting(const BlockHasherOptions& options, DigestFunction digest) {
+  return BlockHasher(options, std::move(digest));
+}
+
+namespace {
+
+void WriteExtraKeys(CborWriter& w, const std::vector<ExtraKey>& extra_keys) {
+  if (extra_keys.empty()) {
+    w.Null();
+    return;
+  }
+  w.ArrayHeader(extra_keys.size());
+  for (const ExtraKey& key : extra_keys) {
+    w.ArrayHeader(key.size());
+    for (const ExtraKeyValue& value : key) {
+      if (const auto* text = std::get_if<std::string>(&value)) {
+        w.Text(*text);
+      } else {
+        w.Integer(std::get<int64_t>(value));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+BlockDigest BlockHasher::HashBlock(const BlockDigest& parent, std::span<const TokenId> tokens,
+                                   const std::vector<ExtraKey>& extra_keys) const {
+  // One buffer per thread: hashing is on the request path and must not allocate per block.
+  thread_local CborWriter w;
+  w.Clear();
+  if (options_.algorithm == BlockHashAlgorithm::kVllmSha256Cbor) {
+    // vLLM: CBOR([parent, [tokens], extra_keys]).
+    w.ArrayHeader(3);
+    w.Bytes(parent.view());
+    w.ArrayHeader(tokens.size());
+    for (TokenId token : tokens) w.Unsigned(token);
+  } else {
+    // kvtier's own layout: the parent digest, then the token count and ids as fixed-width
+    // little-endian words (cheaper to produce than CBOR's variable-width integers), then the
+    // extra keys in CBOR. Unambiguous because the digest size and the count are fixed first.
+    w.Raw(parent.view());
+    w.LittleEndian32(static_cast<uint32_t>(tokens.size()));
+    for (TokenId token : tokens) w.LittleEndian32(token);
+  }
+  WriteExtraKeys(w, extra_keys);
+  return digest_(w.bytes());
+}
+
+std::vector<ExtraKey> BlockExtraKeys(const RequestExtras& extras, int64_t block_start, int64_t block_size) {
+  std::vector<ExtraKey> keys;
+  if (!extras.lora_name.empty()) keys.push_back({std::string("lora"), extras.lora_name, extras.lora_path});
+  const int64_t block_end = block_start + block_size;
+  for (const MultimodalItem& item : extras.multimodal) {
+    if (item.offset < block_end && item.offset + item.length > block_start) {
+      keys.push_back({std::string("mm"), item.content_hash, item.offset - block_start});
+    }
+  }
+  if (block_start == 0 && !extras.cache_salt.empty()) keys.push_back({std::string("cache_salt"), extras.cache_salt});
+  return keys;
+}
+
+std::vector<BlockDigest> BlockHasher::HashChain(std::span<const TokenId> tokens, const RequestExtras& extras,
+                                                const std::optional<BlockDigest>& parent, int64_t first_token) const {
+  const auto block = static_cast<std::size_t>(options_.block_size);
+  std::vector<BlockDigest> out;
+  out.reserve(tokens.size() / block);
+  BlockDigest previous = parent.value_or(root_);
+  for (std::size_t start = 0; start + block <= tokens.size(); start += block) {
+    const int64_t block_start = first_token + static_cast<int64_t>(start);
+    previous = HashBlock(previous, tokens.subspan(start, block), BlockExtraKeys(extras, block_start, options_.block_size));
+    out.push_back(previous);
+  }
+  return out;
+}
+
+std::vector<BlockKey> BlockHasher::ChainKeys(std::span<const TokenId> tokens, const RequestExtras& extras) const {
+  std::vector<BlockKey> keys;
+  for (const BlockDigest& digest : HashChain(tokens, extras)) keys.push_back(digest.key());
+  return keys;
+}
+
+uint64_t BlockHasher::TokenFingerprint(std::span<const TokenId> tokens) {
+  constexpr XXH64_hash_t kFingerprintSeed = 0x6b76746965726670ull;  // "kvtierfp": independent of the key
+  return XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), kFingerprintSeed);
+}
+
+uint64_t PayloadChecksum(std::span<const std::byte> payload) {
+  return XXH3_64bits(payload.data(), payload.size());
+}
+
+}  // namespace kvtier
