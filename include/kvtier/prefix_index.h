@@ -9,9 +9,10 @@
 // prefix as a miss, counted in Stats::collisions.
 //
 // Per node: the key, its parent, children count, size, the tiers holding it (a bit per
-// tier, and per head group for head-granular placement), a pin count, last access time and
-// access count, the predictor's tags (block type, transition) and a token fingerprint. About
-// 80 bytes per block with the table (`MemoryBytes()`).
+// tier), a pin count, last access time and access count, the predictor's tags (block type,
+// transition) and a token fingerprint: 64 bytes, about 80 per block with the table
+// (`MemoryBytes()`). Placement per head group (head-granular eviction) will live in a side
+// table that only blocks split across tiers use.
 //
 // Eviction only removes unpinned leaves (a child is useless without its parent).
 // EvictableLeaves() walks a list of the current leaves in the order they became leaves, so
@@ -145,6 +146,12 @@ class PrefixIndex {
   class NodeArena;
 
   void Unpin(std::span<const uint32_t> nodes) const;
+  BlockInfo InfoLocked(uint32_t id) const;
+  void InsertSlotLocked(uint64_t lo, uint32_t id);
+  void EraseSlotLocked(std::size_t slot);
+  void GrowTableLocked();
+  void AppendLeafLocked(uint32_t id);
+  void UnlinkLeafLocked(uint32_t id);
 
   mutable std::shared_mutex mutex_;
   std::unique_ptr<NodeArena> arena_;  // GUARDED_BY(mutex_) for structure; node atomics are lock-free

@@ -1,0 +1,423 @@
+#include "kvtier/prefix_index.h"
+
+#include <algorithm>
+#include <mutex>
+
+namespace kvtier {
+namespace {
+
+constexpr uint32_t kNoNode = 0xffffffffu;
+constexpr std::size_t kChunkBits = 16;
+constexpr std::size_t kChunkSize = std::size_t{1} << kChunkBits;
+
+// Fibonacci hashing of the key's low word: spreads even poorly mixed test keys.
+std::size_t Home(uint64_t lo, unsigned bits) {
+  return static_cast<std::size_t>((lo * 0x9E3779B97F4A7C15ull) >> (64 - bits));
+}
+
+}  // namespace
+
+struct PrefixIndex::Node {
+  BlockKey key;
+  uint64_t fingerprint = 0;
+  uint32_t parent = kNoNode;
+  uint32_t children = 0;                     // changed only under the exclusive lock
+  uint32_t leaf_prev = kNoNode, leaf_next = kNoNode;
+  uint32_t size_bytes = 0;
+  std::atomic<uint32_t> pins{0};
+  std::atomic<uint64_t> last_access{0};
+  std::atomic<uint32_t> access_count{0};
+  std::atomic<TierMask> tiers{0};
+  uint8_t tags = 0;                          // block type in bits 0-1, transition in bits 2-3
+
+  BlockMeta Meta() const {
+    return {size_bytes, static_cast<BlockType>(tags & 3), static_cast<TransitionType>((tags >> 2) & 3), fingerprint,
+            tiers.load(std::memory_order_relaxed)};
+  }
+  void Touch(uint64_t now) {
+    last_access.store(now, std::memory_order_relaxed);
+    access_count.fetch_add(1, std::memory_order_relaxed);
+  }
+};
+
+// Nodes in fixed chunks, so that their addresses never move (they hold atomics) and a node
+// id is 32 bits.
+class PrefixIndex::NodeArena {
+ public:
+  Node& at(uint32_t id) { return chunks_[id >> kChunkBits][id & (kChunkSize - 1)]; }
+  const Node& at(uint32_t id) const { return chunks_[id >> kChunkBits][id & (kChunkSize - 1)]; }
+
+  Result<uint32_t> Allocate() {
+    if (!free_.empty()) {
+      const uint32_t id = free_.back();
+      free_.pop_back();
+      return id;
+    }
+    if (next_ == chunks_.size() * kChunkSize) {
+      if (chunks_.size() == (std::size_t{kNoNode} >> kChunkBits)) {
+        return Status::ResourceExhausted("the prefix index holds its maximum of 2^32 - 65536 blocks");
+      }
+      chunks_.push_back(std::make_unique<Node[]>(kChunkSize));
+    }
+    return static_cast<uint32_t>(next_++);
+  }
+
+  void Free(uint32_t id) {
+    Node& node = at(id);
+    node.pins.store(0, std::memory_order_relaxed);
+    node.access_count.store(0, std::memory_order_relaxed);
+    node.tiers.store(0, std::memory_order_relaxed);
+    node.children = 0;
+    node.leaf_prev = node.leaf_next = kNoNode;
+    free_.push_back(id);
+  }
+
+  std::size_t capacity() const { return chunks_.size() * kChunkSize; }
+  std::size_t MemoryBytes() const { return chunks_.size() * kChunkSize * sizeof(Node) + free_.capacity() * sizeof(uint32_t); }
+
+ private:
+  std::vector<std::unique_ptr<Node[]>> chunks_;
+  std::vector<uint32_t> free_;
+  std::size_t next_ = 0;
+};
+
+Status PrefixIndexOptions::Validate() const {
+  if (expected_blocks > (std::size_t{1} << 31)) return Status::InvalidArgument("expected_blocks must be at most 2^31");
+  return Status::Ok();
+}
+
+// ---- PinnedBlocks ----
+
+PinnedBlocks::PinnedBlocks(PinnedBlocks&& other) noexcept : index_(other.index_), nodes_(std::move(other.nodes_)) {
+  other.index_ = nullptr;
+  other.nodes_.clear();
+}
+
+PinnedBlocks& PinnedBlocks::operator=(PinnedBlocks&& other) noexcept {
+  if (this != &other) {
+    Release();
+    index_ = other.index_;
+    nodes_ = std::move(other.nodes_);
+    other.index_ = nullptr;
+    other.nodes_.clear();
+  }
+  return *this;
+}
+
+PinnedBlocks::~PinnedBlocks() { Release(); }
+
+void PinnedBlocks::Release() {
+  if (index_ != nullptr && !nodes_.empty()) index_->Unpin(nodes_);
+  index_ = nullptr;
+  nodes_.clear();
+}
+
+// ---- PrefixIndex ----
+
+PrefixIndex::PrefixIndex(PrefixIndexOptions options)
+    : arena_(std::make_unique<NodeArena>()), leaf_head_(kNoNode), leaf_tail_(kNoNode) {
+  std::size_t slots = 16;
+  const std::size_t wanted = std::min<std::size_t>(options.expected_blocks, std::size_t{1} << 31) * 4 / 3 + 1;
+  while (slots < wanted) slots <<= 1;
+  slot_lo_.assign(slots, 0);
+  slot_node_.assign(slots, kNoNode);
+}
+
+PrefixIndex::~PrefixIndex() = default;
+
+namespace {
+
+unsigned Bits(std::size_t slots) { return static_cast<unsigned>(std::countr_zero(slots)); }
+
+}  // namespace
+
+// The slot holding `key`, or the slot count when absent. Requires mutex_ (any mode).
+static std::size_t FindSlot(const std::vector<uint64_t>& slot_lo, const std::vector<uint32_t>& slot_node,
+                            const auto& node_key, const BlockKey& key) {
+  const std::size_t mask = slot_node.size() - 1;
+  for (std::size_t i = Home(key.lo, Bits(slot_node.size()));; i = (i + 1) & mask) {
+    const uint32_t id = slot_node[i];
+    if (id == kNoNode) return slot_node.size();
+    if (slot_lo[i] == key.lo && node_key(id) == key) return i;
+  }
+}
+
+std::size_t PrefixIndex::LongestPrefix(std::span<const BlockKey> keys, uint64_t now,
+                                       std::span<const uint64_t> fingerprints) const {
+  std::shared_lock lock(mutex_);
+  lookups_.fetch_add(1, std::memory_order_relaxed);
+  auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
+  uint32_t previous = kNoNode;
+  std::size_t found = 0;
+  for (; found < keys.size(); ++found) {
+    const std::size_t slot = FindSlot(slot_lo_, slot_node_, node_key, keys[found]);
+    if (slot == slot_node_.size()) break;
+    const uint32_t id = slot_node_[slot];
+    Node& node = arena_->at(id);
+    const uint64_t fingerprint = found < fingerprints.size() ? fingerprints[found] : 0;
+    if ((found > 0 && node.parent != previous) ||
+        (fingerprint != 0 && node.fingerprint != 0 && fingerprint != node.fingerprint)) {
+      collisions_.fetch_add(1, std::memory_order_relaxed);
+      break;
+    }
+    node.Touch(now);
+    previous = id;
+  }
+  hit_blocks_.fetch_add(found, std::memory_order_relaxed);
+  return found;
+}
+
+Result<std::size_t> PrefixIndex::Insert(std::span<const BlockKey> keys, std::span<const BlockMeta> meta, uint64_t now,
+                                        const std::optional<BlockKey>& parent) {
+  if (meta.size() != keys.size()) {
+    return Status::InvalidArgument("Insert: " + std::to_string(keys.size()) + " keys but " + std::to_string(meta.size()) + " metas");
+  }
+  std::unique_lock lock(mutex_);
+  auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
+  uint32_t previous = kNoNode;
+  if (parent) {
+    const std::size_t slot = FindSlot(slot_lo_, slot_node_, node_key, *parent);
+    if (slot == slot_node_.size()) return Status::NotFound("Insert: parent block " + parent->ToHex() + " is not in the index");
+    previous = slot_node_[slot];
+  }
+  std::size_t inserted = 0;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const BlockKey& key = keys[i];
+    const std::size_t slot = FindSlot(slot_lo_, slot_node_, node_key, key);
+    if (slot != slot_node_.size()) {
+      Node& node = arena_->at(slot_node_[slot]);
+      if (node.parent != previous ||
+          (meta[i].fingerprint != 0 && node.fingerprint != 0 && meta[i].fingerprint != node.fingerprint)) {
+        collisions_.fetch_add(1, std::memory_order_relaxed);
+        return Status::AlreadyExists("block key " + key.ToHex() + " (position " + std::to_string(i) +
+                                     ") is already indexed for a different prefix: a hash collision; the " +
+                                     std::to_string(inserted) + " new blocks before it were inserted");
+      }
+      node.Touch(now);
+      previous = slot_node_[slot];
+      continue;
+    }
+    if ((used_ + 1) * 4 > slot_node_.size() * 3) GrowTableLocked();
+    KVTIER_ASSIGN_OR_RETURN(const uint32_t id, arena_->Allocate());
+    Node& node = arena_->at(id);
+    node.key = key;
+    node.fingerprint = meta[i].fingerprint;
+    node.parent = previous;
+    node.size_bytes = meta[i].size_bytes;
+    node.tags = static_cast<uint8_t>(static_cast<unsigned>(meta[i].type) | (static_cast<unsigned>(meta[i].transition) << 2));
+    node.tiers.store(meta[i].tiers, std::memory_order_relaxed);
+    node.last_access.store(now, std::memory_order_relaxed);
+    node.access_count.store(1, std::memory_order_relaxed);
+    InsertSlotLocked(key.lo, id);
+    if (previous != kNoNode) {
+      Node& up = arena_->at(previous);
+      if (up.children++ == 0) UnlinkLeafLocked(previous);
+    }
+    AppendLeafLocked(id);
+    previous = id;
+    ++inserted;
+  }
+  return inserted;
+}
+
+std::optional<BlockInfo> PrefixIndex::Find(const BlockKey& key) const {
+  std::shared_lock lock(mutex_);
+  auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
+  const std::size_t slot = FindSlot(slot_lo_, slot_node_, node_key, key);
+  if (slot == slot_node_.size()) return std::nullopt;
+  return InfoLocked(slot_node_[slot]);
+}
+
+BlockInfo PrefixIndex::InfoLocked(uint32_t id) const {
+  const Node& node = arena_->at(id);
+  BlockInfo info;
+  info.key = node.key;
+  if (node.parent != kNoNode) info.parent = arena_->at(node.parent).key;
+  info.meta = node.Meta();
+  info.children = node.children;
+  info.pins = node.pins.load(std::memory_order_relaxed);
+  info.last_access = node.last_access.load(std::memory_order_relaxed);
+  info.access_count = node.access_count.load(std::memory_order_relaxed);
+  return info;
+}
+
+Result<PinnedBlocks> PrefixIndex::Pin(std::span<const BlockKey> keys) const {
+  std::shared_lock lock(mutex_);
+  auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
+  std::vector<uint32_t> nodes;
+  nodes.reserve(keys.size());
+  for (const BlockKey& key : keys) {
+    const std::size_t slot = FindSlot(slot_lo_, slot_node_, node_key, key);
+    if (slot == slot_node_.size()) {
+      for (uint32_t id : nodes) arena_->at(id).pins.fetch_sub(1, std::memory_order_acq_rel);
+      return Status::NotFound("Pin: block " + key.ToHex() + " is not in the index");
+    }
+    arena_->at(slot_node_[slot]).pins.fetch_add(1, std::memory_order_acq_rel);
+    nodes.push_back(slot_node_[slot]);
+  }
+  return PinnedBlocks(this, std::move(nodes));
+}
+
+void PrefixIndex::Unpin(std::span<const uint32_t> nodes) const {
+  std::shared_lock lock(mutex_);
+  for (uint32_t id : nodes) arena_->at(id).pins.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+Status PrefixIndex::SetTier(const BlockKey& key, int tier, bool present) {
+  if (tier < 0 || tier >= kMaxTiers) return Status::InvalidArgument("tier " + std::to_string(tier) + " is not in 0..7");
+  std::shared_lock lock(mutex_);
+  auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
+  const std::size_t slot = FindSlot(slot_lo_, slot_node_, node_key, key);
+  if (slot == slot_node_.size()) return Status::NotFound("SetTier: block " + key.ToHex() + " is not in the index");
+  const auto bit = static_cast<TierMask>(1u << tier);
+  std::atomic<TierMask>& tiers = arena_->at(slot_node_[slot]).tiers;
+  if (present) {
+    tiers.fetch_or(bit, std::memory_order_relaxed);
+  } else {
+    tiers.fetch_and(static_cast<TierMask>(~bit), std::memory_order_relaxed);
+  }
+  return Status::Ok();
+}
+
+Status PrefixIndex::Evict(const BlockKey& key) {
+  std::unique_lock lock(mutex_);
+  auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
+  const std::size_t slot = FindSlot(slot_lo_, slot_node_, node_key, key);
+  if (slot == slot_node_.size()) return Status::NotFound("Evict: block " + key.ToHex() + " is not in the index");
+  const uint32_t id = slot_node_[slot];
+  Node& node = arena_->at(id);
+  if (node.children > 0) {
+    return Status::FailedPrecondition("Evict: block " + key.ToHex() + " has " + std::to_string(node.children) +
+                                      " children; evict leaves first");
+  }
+  if (node.pins.load(std::memory_order_acquire) > 0) {
+    return Status::FailedPrecondition("Evict: block " + key.ToHex() + " is pinned");
+  }
+  EraseSlotLocked(slot);
+  UnlinkLeafLocked(id);
+  if (node.parent != kNoNode) {
+    Node& up = arena_->at(node.parent);
+    if (--up.children == 0) AppendLeafLocked(node.parent);
+  }
+  arena_->Free(id);
+  ++evictions_;
+  return Status::Ok();
+}
+
+std::vector<BlockKey> PrefixIndex::EvictableLeaves(std::size_t max) const {
+  std::shared_lock lock(mutex_);
+  std::vector<BlockKey> out;
+  for (uint32_t id = leaf_head_; id != kNoNode && out.size() < max; id = arena_->at(id).leaf_next) {
+    const Node& node = arena_->at(id);
+    if (node.pins.load(std::memory_order_acquire) == 0) out.push_back(node.key);
+  }
+  return out;
+}
+
+void PrefixIndex::ForEachBlock(const std::function<void(const BlockInfo&)>& visitor) const {
+  std::shared_lock lock(mutex_);
+  // Order by depth so that every parent comes before its children.
+  std::vector<uint32_t> depth(arena_->capacity(), kNoNode);
+  std::vector<std::vector<uint32_t>> by_depth;
+  std::vector<uint32_t> path;
+  for (uint32_t start : slot_node_) {
+    if (start == kNoNode || depth[start] != kNoNode) continue;
+    for (uint32_t id = start; id != kNoNode && depth[id] == kNoNode; id = arena_->at(id).parent) path.push_back(id);
+    uint32_t d = arena_->at(path.back()).parent == kNoNode ? 0 : depth[arena_->at(path.back()).parent] + 1;
+    for (auto it = path.rbegin(); it != path.rend(); ++it, ++d) {
+      depth[*it] = d;
+      if (by_depth.size() <= d) by_depth.resize(d + 1);
+      by_depth[d].push_back(*it);
+    }
+    path.clear();
+  }
+  for (const auto& level : by_depth) {
+    for (uint32_t id : level) visitor(InfoLocked(id));
+  }
+}
+
+PrefixIndex::Stats PrefixIndex::GetStats() const {
+  std::shared_lock lock(mutex_);
+  return {used_, leaves_, lookups_.load(), hit_blocks_.load(), collisions_.load(), evictions_};
+}
+
+std::size_t PrefixIndex::size() const {
+  std::shared_lock lock(mutex_);
+  return used_;
+}
+
+std::size_t PrefixIndex::MemoryBytes() const {
+  std::shared_lock lock(mutex_);
+  return slot_lo_.capacity() * sizeof(uint64_t) + slot_node_.capacity() * sizeof(uint32_t) + arena_->MemoryBytes();
+}
+
+// ---- table and leaf-list maintenance (mutex_ held exclusively) ----
+
+void PrefixIndex::InsertSlotLocked(uint64_t lo, uint32_t id) {
+  const std::size_t mask = slot_node_.size() - 1;
+  std::size_t i = Home(lo, Bits(slot_node_.size()));
+  while (slot_node_[i] != kNoNode) i = (i + 1) & mask;
+  slot_lo_[i] = lo;
+  slot_node_[i] = id;
+  ++used_;
+}
+
+// Backward-shift deletion keeps every probe sequence unbroken without tombstones.
+void PrefixIndex::EraseSlotLocked(std::size_t hole) {
+  const std::size_t mask = slot_node_.size() - 1;
+  const unsigned bits = Bits(slot_node_.size());
+  for (std::size_t j = (hole + 1) & mask; slot_node_[j] != kNoNode; j = (j + 1) & mask) {
+    const std::size_t home = Home(slot_lo_[j], bits);
+    // Move j into the hole unless its home lies cyclically in (hole, j].
+    const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+    if (!stays) {
+      slot_lo_[hole] = slot_lo_[j];
+      slot_node_[hole] = slot_node_[j];
+      hole = j;
+    }
+  }
+  slot_node_[hole] = kNoNode;
+  --used_;
+}
+
+void PrefixIndex::GrowTableLocked() {
+  std::vector<uint64_t> old_lo = std::move(slot_lo_);
+  std::vector<uint32_t> old_node = std::move(slot_node_);
+  slot_lo_.assign(old_node.size() * 2, 0);
+  slot_node_.assign(old_node.size() * 2, kNoNode);
+  used_ = 0;
+  for (std::size_t i = 0; i < old_node.size(); ++i) {
+    if (old_node[i] != kNoNode) InsertSlotLocked(old_lo[i], old_node[i]);
+  }
+}
+
+void PrefixIndex::AppendLeafLocked(uint32_t id) {
+  Node& node = arena_->at(id);
+  node.leaf_prev = leaf_tail_;
+  node.leaf_next = kNoNode;
+  if (leaf_tail_ != kNoNode) {
+    arena_->at(leaf_tail_).leaf_next = id;
+  } else {
+    leaf_head_ = id;
+  }
+  leaf_tail_ = id;
+  ++leaves_;
+}
+
+void PrefixIndex::UnlinkLeafLocked(uint32_t id) {
+  Node& node = arena_->at(id);
+  if (node.leaf_prev != kNoNode) {
+    arena_->at(node.leaf_prev).leaf_next = node.leaf_next;
+  } else {
+    leaf_head_ = node.leaf_next;
+  }
+  if (node.leaf_next != kNoNode) {
+    arena_->at(node.leaf_next).leaf_prev = node.leaf_prev;
+  } else {
+    leaf_tail_ = node.leaf_prev;
+  }
+  node.leaf_prev = node.leaf_next = kNoNode;
+  --leaves_;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,252 @@
+#include "kvtier/prefix_index.h"
+
+#include <random>
+#include <set>
+#include <thread>
+#include <unordered_set>
+
+#include <gtest/gtest.h>
+
+namespace kvtier {
+namespace {
+
+std::vector<BlockKey> Chain(uint64_t request, std::size_t blocks, std::size_t shared_prefix = 0, uint64_t shared_with = 0) {
+  // Keys as a chained hash would give them: block i of two requests is equal iff their
+  // first i + 1 blocks are.
+  std::vector<BlockKey> keys;
+  for (std::size_t i = 0; i < blocks; ++i) {
+    const uint64_t owner = i < shared_prefix ? shared_with : request;
+    keys.push_back({owner * 0x100000001b3ull + i + 1, (owner << 20) ^ (i * 0x9E3779B97F4A7C15ull) ^ 0x5555});
+  }
+  return keys;
+}
+
+std::vector<BlockMeta> Metas(std::size_t n, uint32_t size = 4096) {
+  return std::vector<BlockMeta>(n, BlockMeta{.size_bytes = size});
+}
+
+TEST(PrefixIndex, LongestPrefixOfInsertedChains) {
+  PrefixIndex index;
+  const auto a = Chain(1, 8);
+  ASSERT_EQ(*index.Insert(a, Metas(8), 10), 8u);
+  EXPECT_EQ(index.LongestPrefix(a, 11), 8u);
+  const auto b = Chain(2, 6, 3, 1);  // shares 3 blocks with a
+  EXPECT_EQ(index.LongestPrefix(b, 12), 3u);
+  ASSERT_EQ(*index.Insert(b, Metas(6), 13), 3u);  // only the 3 new blocks
+  EXPECT_EQ(index.size(), 11u);
+  EXPECT_EQ(index.GetStats().leaves, 2u);
+  EXPECT_EQ(index.LongestPrefix(Chain(3, 4), 14), 0u);
+  const std::optional<BlockInfo> shared = index.Find(a[2]);
+  ASSERT_TRUE(shared.has_value());
+  EXPECT_EQ(shared->children, 2u);
+  EXPECT_EQ(shared->parent, a[1]);
+  EXPECT_EQ(shared->last_access, 13u);
+  EXPECT_EQ(shared->access_count, 4u);  // insert, two lookups, second insert
+}
+
+TEST(PrefixIndex, ContinuationUnderAnExistingParent) {
+  PrefixIndex index;
+  const auto a = Chain(1, 6);
+  ASSERT_TRUE(index.Insert(std::span(a).first(3), Metas(3), 1).ok());
+  ASSERT_EQ(*index.Insert(std::span(a).subspan(3), Metas(3), 2, a[2]), 3u);
+  EXPECT_EQ(index.LongestPrefix(a, 3), 6u);
+  Result<std::size_t> orphan = index.Insert(Chain(9, 1), Metas(1), 4, Chain(8, 1)[0]);
+  ASSERT_FALSE(orphan.ok());
+  EXPECT_EQ(orphan.status().code(), StatusCode::kNotFound);
+}
+
+TEST(PrefixIndex, OnlyUnpinnedLeavesAreEvicted) {
+  PrefixIndex index;
+  const auto a = Chain(1, 4);
+  const auto b = Chain(2, 4, 2, 1);
+  ASSERT_TRUE(index.Insert(a, Metas(4), 1).ok());
+  ASSERT_TRUE(index.Insert(b, Metas(4), 2).ok());
+  EXPECT_EQ(index.Evict(a[1]).code(), StatusCode::kFailedPrecondition);  // has two children
+  EXPECT_EQ(index.EvictableLeaves(10), (std::vector<BlockKey>{a[3], b[3]}));
+  {
+    Result<PinnedBlocks> pinned = index.Pin(a);
+    ASSERT_TRUE(pinned.ok());
+    EXPECT_EQ(index.Evict(a[3]).code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(index.EvictableLeaves(10), (std::vector<BlockKey>{b[3]}));
+  }  // unpinned here
+  ASSERT_TRUE(index.Evict(a[3]).ok());
+  ASSERT_TRUE(index.Evict(a[2]).ok());  // became a leaf
+  EXPECT_EQ(index.LongestPrefix(a, 3), 2u);
+  EXPECT_EQ(index.LongestPrefix(b, 3), 4u);
+  EXPECT_EQ(index.Evict(a[3]).code(), StatusCode::kNotFound);
+  EXPECT_EQ(index.GetStats().evictions, 2u);
+  Result<PinnedBlocks> missing = index.Pin(a);
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(index.Find(a[0])->pins, 0u);  // a failed pin leaves nothing pinned
+}
+
+TEST(PrefixIndex, PinnedBlocksMoveAndRelease) {
+  PrefixIndex index;
+  const auto a = Chain(1, 2);
+  ASSERT_TRUE(index.Insert(a, Metas(2), 1).ok());
+  PinnedBlocks outer;
+  {
+    Result<PinnedBlocks> pinned = index.Pin(a);
+    ASSERT_TRUE(pinned.ok());
+    outer = std::move(*pinned);
+  }
+  EXPECT_EQ(index.Find(a[1])->pins, 1u);
+  outer.Release();
+  EXPECT_EQ(index.Find(a[1])->pins, 0u);
+}
+
+TEST(PrefixIndex, CollisionsAreMissesNeverAliases) {
+  // A digest function that returns the same value for everything forces collisions.
+  BlockHasher colliding = BlockHasher::WithDigestFunctionForTesting({}, [](std::span<const uint8_t>) {
+    BlockDigest d;
+    d.size = 16;
+    d.bytes.fill(0x42);
+    return d;
+  });
+  std::vector<TokenId> tokens_a(32), tokens_b(32);
+  for (TokenId i = 0; i < 32; ++i) {
+    tokens_a[i] = i;
+    tokens_b[i] = 1000 + i;
+  }
+  const auto keys_a = colliding.ChainKeys(tokens_a);
+  const auto keys_b = colliding.ChainKeys(tokens_b);
+  ASSERT_EQ(keys_a[0], keys_b[0]);
+  PrefixIndex index;
+  auto meta = [](std::span<const TokenId> tokens) {
+    return BlockMeta{.size_bytes = 1, .fingerprint = BlockHasher::TokenFingerprint(tokens)};
+  };
+  // Block 1's key equals block 0's, under a different parent: the second block collides.
+  std::vector<BlockMeta> metas_a = {meta(std::span(tokens_a).first(16)), meta(std::span(tokens_a).subspan(16))};
+  Result<std::size_t> inserted = index.Insert(keys_a, metas_a, 1);
+  ASSERT_FALSE(inserted.ok());
+  EXPECT_EQ(inserted.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(index.size(), 1u);
+  // Same key, same (empty) parent, other tokens: the fingerprint tells them apart.
+  std::vector<BlockMeta> metas_b = {meta(std::span(tokens_b).first(16))};
+  EXPECT_EQ(index.Insert(std::span(keys_b).first(1), metas_b, 2).status().code(), StatusCode::kAlreadyExists);
+  const uint64_t fingerprint_b = metas_b[0].fingerprint;
+  EXPECT_EQ(index.LongestPrefix(std::span(keys_b).first(1), 3, std::span(&fingerprint_b, 1)), 0u);
+  const uint64_t fingerprint_a = metas_a[0].fingerprint;
+  EXPECT_EQ(index.LongestPrefix(std::span(keys_a).first(1), 3, std::span(&fingerprint_a, 1)), 1u);
+  EXPECT_EQ(index.LongestPrefix(keys_a, 4), 1u);  // block 1 "found" under the wrong parent: a miss
+  EXPECT_EQ(index.GetStats().collisions, 4u);
+}
+
+TEST(PrefixIndex, TiersAndTags) {
+  PrefixIndex index;
+  const auto a = Chain(1, 1);
+  const std::vector<BlockMeta> meta = {BlockMeta{.size_bytes = 7, .type = BlockType::kToolContext,
+                                                 .transition = TransitionType::kAgentHandoff, .tiers = 0b1}};
+  ASSERT_TRUE(index.Insert(a, meta, 1).ok());
+  ASSERT_TRUE(index.SetTier(a[0], 3, true).ok());
+  ASSERT_TRUE(index.SetTier(a[0], 0, false).ok());
+  EXPECT_FALSE(index.SetTier(a[0], 8, true).ok());
+  EXPECT_EQ(index.SetTier(Chain(2, 1)[0], 1, true).code(), StatusCode::kNotFound);
+  const BlockInfo info = *index.Find(a[0]);
+  EXPECT_EQ(info.meta.tiers, 0b1000);
+  EXPECT_EQ(info.meta.size_bytes, 7u);
+  EXPECT_EQ(info.meta.type, BlockType::kToolContext);
+  EXPECT_EQ(info.meta.transition, TransitionType::kAgentHandoff);
+}
+
+// Growth past the initial table and backward-shift deletion, against a shadow set.
+TEST(PrefixIndex, ManyInsertsAndEvictionsMatchAShadowSet) {
+  PrefixIndex index({.expected_blocks = 16});
+  std::mt19937_64 rng(7);
+  std::set<BlockKey> shadow;
+  std::vector<std::vector<BlockKey>> chains;
+  // 500 chains of their own, then 2500 that share 1-4 leading blocks with one of them.
+  for (uint64_t r = 1; r <= 3000; ++r) {
+    const std::size_t shared = r <= 500 ? 0 : 1 + rng() % 4;
+    const auto keys = Chain(r, 8, shared, 1 + rng() % 500);
+    ASSERT_TRUE(index.Insert(keys, Metas(8), r).ok());
+    shadow.insert(keys.begin(), keys.end());
+    chains.push_back(keys);
+  }
+  EXPECT_EQ(index.size(), shadow.size());
+  // Evict leaves until a third remain.
+  while (index.size() > shadow.size() / 3) {
+    for (const BlockKey& key : index.EvictableLeaves(64)) {
+      ASSERT_TRUE(index.Evict(key).ok());
+      shadow.erase(key);
+    }
+  }
+  EXPECT_EQ(index.size(), shadow.size());
+  for (const auto& chain : chains) {
+    const std::size_t found = index.LongestPrefix(chain, 0);
+    for (std::size_t i = 0; i < chain.size(); ++i) EXPECT_EQ(shadow.count(chain[i]) > 0, i < found);
+  }
+  EXPECT_LT(index.MemoryBytes(), std::size_t{64} << 20);
+}
+
+TEST(PrefixIndex, ForEachBlockVisitsParentsFirst) {
+  PrefixIndex index;
+  for (uint64_t r = 1; r <= 50; ++r) ASSERT_TRUE(index.Insert(Chain(r, 5, r == 1 ? 0 : r % 4, 1), Metas(5), r).ok());
+  std::unordered_set<BlockKey, BlockKeyHash> seen;
+  std::size_t visited = 0;
+  index.ForEachBlock([&](const BlockInfo& info) {
+    if (info.parent) {
+      EXPECT_TRUE(seen.count(*info.parent)) << info.key.ToHex();
+    }
+    seen.insert(info.key);
+    ++visited;
+  });
+  EXPECT_EQ(visited, index.size());
+}
+
+// Concurrent insert / lookup / pin / evict; run under the tsan preset.
+TEST(PrefixIndex, ConcurrentInsertLookupEvict) {
+  PrefixIndex index;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> lookups{0};
+  auto inserter = [&](uint64_t base) {
+    for (uint64_t r = 0; r < 400; ++r) {
+      auto keys = Chain(base + r, 6, r % 2 == 0 ? 2 : 0, base);
+      (void)index.Insert(keys, Metas(6), r);
+    }
+  };
+  auto looker = [&] {
+    while (!stop.load()) {
+      for (uint64_t r = 0; r < 50; ++r) {
+        const auto keys = Chain(1000 + r, 6, r % 2 == 0 ? 2 : 0, 1000);
+        (void)index.LongestPrefix(keys, r);
+        if (Result<PinnedBlocks> pinned = index.Pin(std::span(keys).first(1)); pinned.ok()) (void)index.Find(keys[0]);
+        lookups.fetch_add(1);
+      }
+    }
+  };
+  auto evictor = [&] {
+    while (!stop.load()) {
+      for (const BlockKey& key : index.EvictableLeaves(16)) {
+        const Status s = index.Evict(key);
+        EXPECT_TRUE(s.ok() || s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kNotFound) << s.ToString();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.emplace_back(inserter, 1000);
+  threads.emplace_back(inserter, 5000);
+  threads.emplace_back(looker);
+  threads.emplace_back(evictor);
+  threads[0].join();
+  threads[1].join();
+  stop = true;
+  threads[2].join();
+  threads[3].join();
+  // Every remaining block's parent is present: eviction never orphaned a child.
+  std::unordered_set<BlockKey, BlockKeyHash> present;
+  std::vector<std::optional<BlockKey>> parents;
+  index.ForEachBlock([&](const BlockInfo& info) {
+    present.insert(info.key);
+    parents.push_back(info.parent);
+  });
+  for (const auto& parent : parents) {
+    if (parent) {
+      EXPECT_TRUE(present.count(*parent));
+    }
+  }
+  EXPECT_GT(lookups.load(), 0u);
+}
+
+}  // namespace
+}  // namespace kvtier
