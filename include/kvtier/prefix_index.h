@@ -155,10 +155,11 @@ class PrefixIndex {
 
   mutable std::shared_mutex mutex_;
   std::unique_ptr<NodeArena> arena_;  // GUARDED_BY(mutex_) for structure; node atomics are lock-free
-  // Open addressing with linear probing: slot_lo_ holds the key's low word, slot_node_ the
-  // node (kNoNode when empty). GUARDED_BY(mutex_).
-  std::vector<uint64_t> slot_lo_;
-  std::vector<uint32_t> slot_node_;
+  // Open addressing with linear probing over 12-byte slots (key's low word, node id) in
+  // huge pages. GUARDED_BY(mutex_).
+  class SlotArray;
+  static std::unique_ptr<SlotArray> NewSlots(std::size_t count);
+  std::unique_ptr<SlotArray> slots_;
   std::size_t used_ = 0;             // GUARDED_BY(mutex_)
   uint32_t leaf_head_;               // oldest leaf; GUARDED_BY(mutex_)
   uint32_t leaf_tail_;               // GUARDED_BY(mutex_)

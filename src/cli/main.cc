@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   kvtier::cli::AddSizeCommand(app, exit_code);
   kvtier::cli::AddInfoCommand(app, exit_code);
+  kvtier::cli::AddBenchCommand(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
