@@ -58,7 +58,7 @@ struct BlockInfo {
   BlockMeta meta;
   uint32_t children = 0;
   uint32_t pins = 0;
-  uint64_t last_access = 0;  // caller's clock (Insert/LongestPrefix/Touch `now`)
+  uint64_t last_access = 0;  // caller's clock (Insert/Touch `now`)
   uint32_t access_count = 0;
 };
 
@@ -114,10 +114,13 @@ class PrefixIndex {
   Result<std::size_t> Insert(std::span<const BlockKey> keys, std::span<const BlockMeta> meta, uint64_t now,
                              const std::optional<BlockKey>& parent = std::nullopt);
 
-  // Number of leading keys of `keys` that are present (the first with no parent). Touches
-  // them (last access `now`, count + 1). `fingerprints`, when given, are checked too.
-  std::size_t LongestPrefix(std::span<const BlockKey> keys, uint64_t now,
-                            std::span<const uint64_t> fingerprints = {}) const;
+  // Number of leading keys of `keys` that are present, each under the one before it.
+  // `fingerprints`, when given, are checked too. Read-only: a scheduler probes many requests
+  // it does not run, so only Touch (when the blocks are used) updates access statistics.
+  std::size_t LongestPrefix(std::span<const BlockKey> keys, std::span<const uint64_t> fingerprints = {}) const;
+
+  // Records a use of the present blocks among `keys`: last access `now`, count + 1.
+  void Touch(std::span<const BlockKey> keys, uint64_t now);
 
   std::optional<BlockInfo> Find(const BlockKey& key) const;
 

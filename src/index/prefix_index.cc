@@ -8,25 +8,33 @@
 namespace kvtier {
 namespace {
 
+__extension__ using Int128Unsigned = unsigned __int128;
+
 constexpr uint32_t kNoNode = 0xffffffffu;
 constexpr std::size_t kChunkBits = 16;
 constexpr std::size_t kChunkSize = std::size_t{1} << kChunkBits;
 
-// Fibonacci hashing of the key's low word: spreads even poorly mixed test keys.
-std::size_t Home(uint64_t lo, unsigned bits) {
-  return static_cast<std::size_t>((lo * 0x9E3779B97F4A7C15ull) >> (64 - bits));
+// The home slot of a key in a table of `slots` slots: its low word mixed (so that even
+// poorly mixed test keys spread) and mapped onto [0, slots) by a multiply, which lets the
+// table grow by 1.5x instead of doubling and keeps its load between 1/2 and 3/4.
+std::size_t Home(uint64_t lo, std::size_t slots) {
+  const Int128Unsigned mixed = lo * 0x9E3779B97F4A7C15ull;
+  return static_cast<std::size_t>((mixed * slots) >> 64);
 }
+
+std::size_t Next(std::size_t i, std::size_t slots) { return i + 1 == slots ? 0 : i + 1; }
 
 }  // namespace
 
-// A slot holds the key's low word and the node (kNoNode when empty), packed to 12 bytes so
-// that one cache miss reads both.
-#pragma pack(push, 1)
+// A slot holds what a longest-prefix walk needs, so that the walk reads one cache line per
+// block and only writes the node: the key's low word, the node, and the node's parent
+// (kNoNode when the slot is empty / the block is first).
 struct Slot {
   uint64_t lo;
   uint32_t node;
+  uint32_t parent;
 };
-#pragma pack(pop)
+static_assert(sizeof(Slot) == 16);
 
 class PrefixIndex::SlotArray : public HugePageArray<Slot> {
  public:
@@ -135,76 +143,59 @@ void PinnedBlocks::Release() {
 
 std::unique_ptr<PrefixIndex::SlotArray> PrefixIndex::NewSlots(std::size_t count) {
   auto slots = std::make_unique<SlotArray>(count);
-  for (Slot& slot : *slots) slot.node = kNoNode;
+  for (Slot& slot : *slots) slot = Slot{0, kNoNode, kNoNode};
   return slots;
 }
 
 PrefixIndex::PrefixIndex(PrefixIndexOptions options)
     : arena_(std::make_unique<NodeArena>()), leaf_head_(kNoNode), leaf_tail_(kNoNode) {
-  std::size_t slots = 16;
-  const std::size_t wanted = std::min<std::size_t>(options.expected_blocks, std::size_t{1} << 31) * 4 / 3 + 1;
-  while (slots < wanted) slots <<= 1;
-  slots_ = NewSlots(slots);
+  slots_ = NewSlots(std::max<std::size_t>(16, std::min<std::size_t>(options.expected_blocks, std::size_t{1} << 31) * 4 / 3 + 1));
 }
 
 PrefixIndex::~PrefixIndex() = default;
 
-namespace {
-
-unsigned Bits(std::size_t slots) { return static_cast<unsigned>(std::countr_zero(slots)); }
-
-}  // namespace
-
 // The slot holding `key`, or the slot count when absent. Requires mutex_ (any mode).
 static std::size_t FindSlot(const auto& slots, const auto& node_key, const BlockKey& key) {
-  const std::size_t mask = slots.size() - 1;
-  for (std::size_t i = Home(key.lo, Bits(slots.size()));; i = (i + 1) & mask) {
+  for (std::size_t i = Home(key.lo, slots.size());; i = Next(i, slots.size())) {
     const uint32_t id = slots[i].node;
     if (id == kNoNode) return slots.size();
     if (slots[i].lo == key.lo && node_key(id) == key) return i;
   }
 }
 
-std::size_t PrefixIndex::LongestPrefix(std::span<const BlockKey> keys, uint64_t now,
-                                       std::span<const uint64_t> fingerprints) const {
+std::size_t PrefixIndex::LongestPrefix(std::span<const BlockKey> keys, std::span<const uint64_t> fingerprints) const {
   std::shared_lock lock(mutex_);
   lookups_.fetch_add(1, std::memory_order_relaxed);
-  auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
   uint32_t previous = kNoNode;
   std::size_t found = 0;
   // All keys are known up front, so the table probes of later blocks are independent of
   // earlier ones: prefetching them overlaps their cache misses, which a chain of
   // std::unordered_map lookups cannot do.
-  // Two stages: the table slots of block i + 8, then the node in the home slot of block
-  // i + 4 (most keys sit in their home slot at this load factor).
+  // The walk reads only table slots (key word, node, parent): one cache line per block, and
+  // none of the nodes unless fingerprints are checked. All keys are known up front, so the
+  // slots of block i + 8 are prefetched while block i is checked.
   constexpr std::size_t kSlotDistance = 8;
-  constexpr std::size_t kNodeDistance = 4;
-  const unsigned bits = Bits(slots_->size());
-  auto prefetch_slot = [&](std::size_t i) {
-    const std::size_t home = Home(keys[i].lo, bits);
-    __builtin_prefetch(&(*slots_)[home]);
-  };
-  auto prefetch_node = [&](std::size_t i) {
-    const uint32_t id = (*slots_)[Home(keys[i].lo, bits)].node;
-    if (id != kNoNode) __builtin_prefetch(&arena_->at(id), 1);
-  };
+  const SlotArray& slots = *slots_;
+  const std::size_t n = slots.size();
+  auto prefetch_slot = [&](std::size_t i) { __builtin_prefetch(&slots[Home(keys[i].lo, n)]); };
   for (std::size_t i = 0; i < std::min(kSlotDistance, keys.size()); ++i) prefetch_slot(i);
-  for (std::size_t i = 0; i < std::min(kNodeDistance, keys.size()); ++i) prefetch_node(i);
   for (; found < keys.size(); ++found) {
     if (found + kSlotDistance < keys.size()) prefetch_slot(found + kSlotDistance);
-    if (found + kNodeDistance < keys.size()) prefetch_node(found + kNodeDistance);
-    const std::size_t slot = FindSlot(*slots_, node_key, keys[found]);
-    if (slot == slots_->size()) break;
-    const uint32_t id = (*slots_)[slot].node;
-    Node& node = arena_->at(id);
+    // Match on the key's low 64 bits plus the parent link: a false match needs two keys equal
+    // in 64 bits under the same parent (2^-64), and stored payloads are fetched by the full
+    // 128-bit key, so such a match can only turn into a miss there, never wrong data.
+    const uint64_t lo = keys[found].lo;
+    std::size_t i = Home(lo, n);
+    while (slots[i].node != kNoNode && slots[i].lo != lo) i = Next(i, n);
+    const Slot& slot = slots[i];
+    if (slot.node == kNoNode) break;
     const uint64_t fingerprint = found < fingerprints.size() ? fingerprints[found] : 0;
-    if ((found > 0 && node.parent != previous) ||
-        (fingerprint != 0 && node.fingerprint != 0 && fingerprint != node.fingerprint)) {
+    if ((found > 0 && slot.parent != previous) ||
+        (fingerprint != 0 && arena_->at(slot.node).fingerprint != 0 && fingerprint != arena_->at(slot.node).fingerprint)) {
       collisions_.fetch_add(1, std::memory_order_relaxed);
       break;
     }
-    node.Touch(now);
-    previous = id;
+    previous = slot.node;
   }
   hit_blocks_.fetch_add(found, std::memory_order_relaxed);
   return found;
@@ -261,6 +252,15 @@ Result<std::size_t> PrefixIndex::Insert(std::span<const BlockKey> keys, std::spa
     ++inserted;
   }
   return inserted;
+}
+
+void PrefixIndex::Touch(std::span<const BlockKey> keys, uint64_t now) {
+  std::shared_lock lock(mutex_);
+  auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
+  for (const BlockKey& key : keys) {
+    const std::size_t slot = FindSlot(*slots_, node_key, key);
+    if (slot != slots_->size()) arena_->at((*slots_)[slot].node).Touch(now);
+  }
 }
 
 std::optional<BlockInfo> PrefixIndex::Find(const BlockKey& key) const {
@@ -398,33 +398,33 @@ std::size_t PrefixIndex::MemoryBytes() const {
 // ---- table and leaf-list maintenance (mutex_ held exclusively) ----
 
 void PrefixIndex::InsertSlotLocked(uint64_t lo, uint32_t id) {
-  const std::size_t mask = slots_->size() - 1;
-  std::size_t i = Home(lo, Bits(slots_->size()));
-  while ((*slots_)[i].node != kNoNode) i = (i + 1) & mask;
-  (*slots_)[i] = Slot{lo, id};
+  SlotArray& slots = *slots_;
+  std::size_t i = Home(lo, slots.size());
+  while (slots[i].node != kNoNode) i = Next(i, slots.size());
+  slots[i] = Slot{lo, id, arena_->at(id).parent};
   ++used_;
 }
 
 // Backward-shift deletion keeps every probe sequence unbroken without tombstones.
 void PrefixIndex::EraseSlotLocked(std::size_t hole) {
-  const std::size_t mask = slots_->size() - 1;
-  const unsigned bits = Bits(slots_->size());
-  for (std::size_t j = (hole + 1) & mask; (*slots_)[j].node != kNoNode; j = (j + 1) & mask) {
-    const std::size_t home = Home((*slots_)[j].lo, bits);
+  SlotArray& slots = *slots_;
+  const std::size_t n = slots.size();
+  for (std::size_t j = Next(hole, n); slots[j].node != kNoNode; j = Next(j, n)) {
+    const std::size_t home = Home(slots[j].lo, n);
     // Move j into the hole unless its home lies cyclically in (hole, j].
     const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
     if (!stays) {
-      (*slots_)[hole] = (*slots_)[j];
+      slots[hole] = slots[j];
       hole = j;
     }
   }
-  (*slots_)[hole].node = kNoNode;
+  slots[hole] = Slot{0, kNoNode, kNoNode};
   --used_;
 }
 
 void PrefixIndex::GrowTableLocked() {
   std::unique_ptr<SlotArray> old = std::move(slots_);
-  slots_ = NewSlots(old->size() * 2);
+  slots_ = NewSlots(old->size() + old->size() / 2);
   used_ = 0;
   for (const Slot& slot : *old) {
     if (slot.node != kNoNode) InsertSlotLocked(slot.lo, slot.node);

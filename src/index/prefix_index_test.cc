@@ -29,19 +29,21 @@ TEST(PrefixIndex, LongestPrefixOfInsertedChains) {
   PrefixIndex index;
   const auto a = Chain(1, 8);
   ASSERT_EQ(*index.Insert(a, Metas(8), 10), 8u);
-  EXPECT_EQ(index.LongestPrefix(a, 11), 8u);
+  EXPECT_EQ(index.LongestPrefix(a), 8u);
+  index.Touch(a, 11);
   const auto b = Chain(2, 6, 3, 1);  // shares 3 blocks with a
-  EXPECT_EQ(index.LongestPrefix(b, 12), 3u);
+  EXPECT_EQ(index.LongestPrefix(b), 3u);
+  index.Touch(std::span(b).first(3), 12);
   ASSERT_EQ(*index.Insert(b, Metas(6), 13), 3u);  // only the 3 new blocks
   EXPECT_EQ(index.size(), 11u);
   EXPECT_EQ(index.GetStats().leaves, 2u);
-  EXPECT_EQ(index.LongestPrefix(Chain(3, 4), 14), 0u);
+  EXPECT_EQ(index.LongestPrefix(Chain(3, 4)), 0u);
   const std::optional<BlockInfo> shared = index.Find(a[2]);
   ASSERT_TRUE(shared.has_value());
   EXPECT_EQ(shared->children, 2u);
   EXPECT_EQ(shared->parent, a[1]);
   EXPECT_EQ(shared->last_access, 13u);
-  EXPECT_EQ(shared->access_count, 4u);  // insert, two lookups, second insert
+  EXPECT_EQ(shared->access_count, 4u);  // insert, two touches, second insert
 }
 
 TEST(PrefixIndex, ContinuationUnderAnExistingParent) {
@@ -49,7 +51,7 @@ TEST(PrefixIndex, ContinuationUnderAnExistingParent) {
   const auto a = Chain(1, 6);
   ASSERT_TRUE(index.Insert(std::span(a).first(3), Metas(3), 1).ok());
   ASSERT_EQ(*index.Insert(std::span(a).subspan(3), Metas(3), 2, a[2]), 3u);
-  EXPECT_EQ(index.LongestPrefix(a, 3), 6u);
+  EXPECT_EQ(index.LongestPrefix(a), 6u);
   Result<std::size_t> orphan = index.Insert(Chain(9, 1), Metas(1), 4, Chain(8, 1)[0]);
   ASSERT_FALSE(orphan.ok());
   EXPECT_EQ(orphan.status().code(), StatusCode::kNotFound);
@@ -71,8 +73,8 @@ TEST(PrefixIndex, OnlyUnpinnedLeavesAreEvicted) {
   }  // unpinned here
   ASSERT_TRUE(index.Evict(a[3]).ok());
   ASSERT_TRUE(index.Evict(a[2]).ok());  // became a leaf
-  EXPECT_EQ(index.LongestPrefix(a, 3), 2u);
-  EXPECT_EQ(index.LongestPrefix(b, 3), 4u);
+  EXPECT_EQ(index.LongestPrefix(a), 2u);
+  EXPECT_EQ(index.LongestPrefix(b), 4u);
   EXPECT_EQ(index.Evict(a[3]).code(), StatusCode::kNotFound);
   EXPECT_EQ(index.GetStats().evictions, 2u);
   Result<PinnedBlocks> missing = index.Pin(a);
@@ -125,10 +127,10 @@ TEST(PrefixIndex, CollisionsAreMissesNeverAliases) {
   std::vector<BlockMeta> metas_b = {meta(std::span(tokens_b).first(16))};
   EXPECT_EQ(index.Insert(std::span(keys_b).first(1), metas_b, 2).status().code(), StatusCode::kAlreadyExists);
   const uint64_t fingerprint_b = metas_b[0].fingerprint;
-  EXPECT_EQ(index.LongestPrefix(std::span(keys_b).first(1), 3, std::span(&fingerprint_b, 1)), 0u);
+  EXPECT_EQ(index.LongestPrefix(std::span(keys_b).first(1), std::span(&fingerprint_b, 1)), 0u);
   const uint64_t fingerprint_a = metas_a[0].fingerprint;
-  EXPECT_EQ(index.LongestPrefix(std::span(keys_a).first(1), 3, std::span(&fingerprint_a, 1)), 1u);
-  EXPECT_EQ(index.LongestPrefix(keys_a, 4), 1u);  // block 1 "found" under the wrong parent: a miss
+  EXPECT_EQ(index.LongestPrefix(std::span(keys_a).first(1), std::span(&fingerprint_a, 1)), 1u);
+  EXPECT_EQ(index.LongestPrefix(keys_a), 1u);  // block 1 "found" under the wrong parent: a miss
   EXPECT_EQ(index.GetStats().collisions, 4u);
 }
 
@@ -173,7 +175,7 @@ TEST(PrefixIndex, ManyInsertsAndEvictionsMatchAShadowSet) {
   }
   EXPECT_EQ(index.size(), shadow.size());
   for (const auto& chain : chains) {
-    const std::size_t found = index.LongestPrefix(chain, 0);
+    const std::size_t found = index.LongestPrefix(chain);
     for (std::size_t i = 0; i < chain.size(); ++i) EXPECT_EQ(shadow.count(chain[i]) > 0, i < found);
   }
   EXPECT_LT(index.MemoryBytes(), std::size_t{64} << 20);
@@ -209,7 +211,7 @@ TEST(PrefixIndex, ConcurrentInsertLookupEvict) {
     while (!stop.load()) {
       for (uint64_t r = 0; r < 50; ++r) {
         const auto keys = Chain(1000 + r, 6, r % 2 == 0 ? 2 : 0, 1000);
-        (void)index.LongestPrefix(keys, r);
+        index.Touch(std::span(keys).first(index.LongestPrefix(keys)), r);
         if (Result<PinnedBlocks> pinned = index.Pin(std::span(keys).first(1)); pinned.ok()) (void)index.Find(keys[0]);
         lookups.fetch_add(1);
       }
