@@ -208,22 +208,22 @@ TEST(PrefixIndex, ConcurrentInsertLookupEvict) {
     }
   };
   auto looker = [&] {
-    while (!stop.load()) {
+    do {
       for (uint64_t r = 0; r < 50; ++r) {
         const auto keys = Chain(1000 + r, 6, r % 2 == 0 ? 2 : 0, 1000);
         index.Touch(std::span(keys).first(index.LongestPrefix(keys)), r);
         if (Result<PinnedBlocks> pinned = index.Pin(std::span(keys).first(1)); pinned.ok()) (void)index.Find(keys[0]);
         lookups.fetch_add(1);
       }
-    }
+    } while (!stop.load());
   };
   auto evictor = [&] {
-    while (!stop.load()) {
+    do {
       for (const BlockKey& key : index.EvictableLeaves(16)) {
         const Status s = index.Evict(key);
         EXPECT_TRUE(s.ok() || s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kNotFound) << s.ToString();
       }
-    }
+    } while (!stop.load());
   };
   std::vector<std::thread> threads;
   threads.emplace_back(inserter, 1000);
