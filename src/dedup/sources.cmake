@@ -1,1 +1,9 @@
 # Content-addressed payload store and checkpoints.
+kvtier_add_sources(
+  dedup/payload_store.cc
+  dedup/checkpoint_format.cc
+  dedup/checkpoint.cc
+  dedup/checkpoint_restore.cc)
+kvtier_add_tests(
+  dedup/payload_store_test.cc
+  dedup/checkpoint_test.cc)
