@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "dedup_benchmark.h"
 #include "index_benchmark.h"
 
 namespace kvtier::cli {
@@ -22,6 +23,27 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
     Result<std::string> result = bench::RunIndexBenchmark(*options);
     if (!result.ok()) {
       std::cerr << "kvtier bench index: error: " << result.status().message() << "\n";
+      exit_code = kExitError;
+      return;
+    }
+    std::cout << *result;
+  });
+
+  auto dedup_options = std::make_shared<bench::DedupBenchmarkOptions>();
+  CLI::App* dedup = bench->add_subcommand("dedup", "Deduplicated checkpoint of a multi-tenant workload: raw vs written bytes");
+  dedup->add_option("--model", dedup_options->model, "Catalog model (payload size per block)")->capture_default_str();
+  dedup->add_option("--tp", dedup_options->tensor_parallel, "Tensor parallel size (payload = one GPU's share)")->capture_default_str();
+  dedup->add_option("--tenants", dedup_options->tenants, "Tenants, each with its own cache salt")->capture_default_str();
+  dedup->add_option("--system-prompts", dedup_options->system_prompts, "Shared system prompts")->capture_default_str();
+  dedup->add_option("--requests-per-tenant", dedup_options->requests_per_tenant, "Requests per tenant")->capture_default_str();
+  dedup->add_option("--prompt-blocks", dedup_options->prompt_blocks, "Blocks of a system prompt")->capture_default_str();
+  dedup->add_option("--user-blocks", dedup_options->user_blocks, "Blocks of each request's own text")->capture_default_str();
+  dedup->add_option("--dir", dedup_options->directory, "Checkpoint directory (default: a temporary one)");
+  dedup->add_option("--seed", dedup_options->seed, "Workload seed")->capture_default_str();
+  dedup->callback([dedup_options, &exit_code]() {
+    Result<std::string> result = bench::RunDedupBenchmark(*dedup_options);
+    if (!result.ok()) {
+      std::cerr << "kvtier bench dedup: error: " << result.status().message() << "\n";
       exit_code = kExitError;
       return;
     }
