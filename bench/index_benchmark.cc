@@ -38,7 +38,9 @@ std::vector<std::vector<BlockKey>> MakeChains(const IndexBenchmarkOptions& optio
     prompt.resize(static_cast<std::size_t>(kPromptBlocks * kBlockTokens));
     for (TokenId& t : prompt) t = static_cast<TokenId>(rng() % 128000);
   }
-  const int64_t chains = std::max<int64_t>(1, options.blocks / options.chain_length);
+  // Enough requests that the distinct blocks (shared prompts counted once) reach `blocks`.
+  const int64_t own_blocks = options.chain_length - kPromptBlocks;
+  const int64_t chains = std::max<int64_t>(1, (options.blocks - kSystemPrompts * kPromptBlocks + own_blocks - 1) / own_blocks);
   std::vector<std::vector<BlockKey>> out(static_cast<std::size_t>(chains));
   std::vector<TokenId> tokens;
   for (auto& chain : out) {
@@ -56,7 +58,7 @@ std::vector<std::vector<BlockKey>> MakeChains(const IndexBenchmarkOptions& optio
 
 Status IndexBenchmarkOptions::Validate() const {
   if (chain_length < 9 || chain_length > 100'000) return Status::InvalidArgument("--chain-length must be 9 to 100000 blocks");
-  if (blocks < chain_length || blocks > 1'000'000'000) return Status::InvalidArgument("--blocks must be from --chain-length to 1e9");
+  if (blocks < 1000 || blocks > 1'000'000'000) return Status::InvalidArgument("--blocks must be 1000 to 1e9");
   if (lookups < 1) return Status::InvalidArgument("--lookups must be >= 1");
   if (hash_blocks < 1) return Status::InvalidArgument("--hash-blocks must be >= 1");
   return Status::Ok();

@@ -149,7 +149,8 @@ std::unique_ptr<PrefixIndex::SlotArray> PrefixIndex::NewSlots(std::size_t count)
 
 PrefixIndex::PrefixIndex(PrefixIndexOptions options)
     : arena_(std::make_unique<NodeArena>()), leaf_head_(kNoNode), leaf_tail_(kNoNode) {
-  slots_ = NewSlots(std::max<std::size_t>(16, std::min<std::size_t>(options.expected_blocks, std::size_t{1} << 31) * 4 / 3 + 1));
+  // Room for expected_blocks at a load of 0.7, below the 0.75 that triggers growth.
+  slots_ = NewSlots(std::max<std::size_t>(16, std::min<std::size_t>(options.expected_blocks, std::size_t{1} << 31) * 10 / 7 + 1));
 }
 
 PrefixIndex::~PrefixIndex() = default;
