@@ -158,4 +158,9 @@ std::vector<ExtraKey> BlockExtraKeys(const RequestExtras& extras, int64_t block_
 // A payload checksum (xxh3-64), verified whenever a payload crosses a tier boundary.
 uint64_t PayloadChecksum(std::span<const std::byte> payload);
 
+// Digests of arbitrary bytes: the one implementation of each, used for block keys and for
+// the content addresses of payloads.
+BlockDigest Xxh3_128Digest(const void* data, std::size_t size);  // 16 bytes, canonical (big-endian)
+BlockDigest Sha256Digest(const void* data, std::size_t size);    // 32 bytes
+
 }  // namespace kvtier

@@ -19,32 +19,35 @@ std::string Hex(std::span<const uint8_t> bytes) {
   return out;
 }
 
-BlockDigest Xxh3Digest(std::span<const uint8_t> data) {
+BlockHasher::DigestFunction DigestFor(BlockHashAlgorithm algorithm) {
+  if (algorithm == BlockHashAlgorithm::kXxh3_128) {
+    return [](std::span<const uint8_t> data) { return Xxh3_128Digest(data.data(), data.size()); };
+  }
+  return [](std::span<const uint8_t> data) { return Sha256Digest(data.data(), data.size()); };
+}
+
+}  // namespace
+
+BlockDigest Xxh3_128Digest(const void* data, std::size_t size) {
   XXH128_canonical_t canonical;
-  XXH128_canonicalFromHash(&canonical, XXH3_128bits(data.data(), data.size()));
+  XXH128_canonicalFromHash(&canonical, XXH3_128bits(data, size));
   BlockDigest digest;
   std::copy(std::begin(canonical.digest), std::end(canonical.digest), digest.bytes.begin());
   digest.size = 16;
   return digest;
 }
 
-BlockDigest Sha256Digest(std::span<const uint8_t> data) {
+BlockDigest Sha256Digest(const void* data, std::size_t size) {
   BlockDigest digest;
   unsigned int length = 0;
-  // EVP_Digest is OpenSSL's one-shot interface; it fails only on allocation failure.
-  if (EVP_Digest(data.data(), data.size(), digest.bytes.data(), &length, EVP_sha256(), nullptr) != 1 || length != 32) {
+  // EVP_Digest is OpenSSL's one-shot interface; it fails only when OpenSSL cannot allocate,
+  // and a digest cannot be replaced by anything safe.
+  if (EVP_Digest(data, size, digest.bytes.data(), &length, EVP_sha256(), nullptr) != 1 || length != 32) {
     std::abort();
   }
   digest.size = 32;
   return digest;
 }
-
-BlockHasher::DigestFunction DigestFor(BlockHashAlgorithm algorithm) {
-  return algorithm == BlockHashAlgorithm::kXxh3_128 ? BlockHasher::DigestFunction(Xxh3Digest)
-                                                    : BlockHasher::DigestFunction(Sha256Digest);
-}
-
-}  // namespace
 
 std::string BlockKey::ToHex() const {
   std::array<uint8_t, 16> bytes{};

@@ -7,9 +7,6 @@
 #include <cstring>
 #include <string>
 
-#include <openssl/evp.h>
-#include <xxhash.h>
-
 namespace kvtier {
 
 struct PayloadStore::StoredPayload {
@@ -22,27 +19,6 @@ struct PayloadStore::StoredPayload {
 };
 
 namespace {
-
-BlockDigest Xxh3Digest(std::span<const std::byte> payload) {
-  XXH128_canonical_t canonical;
-  XXH128_canonicalFromHash(&canonical, XXH3_128bits(payload.data(), payload.size()));
-  BlockDigest digest;
-  std::copy(std::begin(canonical.digest), std::end(canonical.digest), digest.bytes.begin());
-  digest.size = 16;
-  return digest;
-}
-
-BlockDigest Sha256Digest(std::span<const std::byte> payload) {
-  BlockDigest digest;
-  unsigned int length = 0;
-  // EVP_Digest is OpenSSL's one-shot interface; it fails only on allocation failure.
-  if (EVP_Digest(payload.data(), payload.size(), digest.bytes.data(), &length, EVP_sha256(), nullptr) != 1 ||
-      length != 32) {
-    std::abort();
-  }
-  digest.size = 32;
-  return digest;
-}
 
 std::string Hex64(uint64_t value) {
   char text[19];
@@ -74,8 +50,10 @@ std::size_t PayloadStore::DigestHash::operator()(const BlockDigest& digest) cons
 
 Result<std::unique_ptr<PayloadStore>> PayloadStore::Create(const PayloadStoreOptions& options) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
-  DigestFunction digest = options.digest == PayloadDigestAlgorithm::kSha256 ? DigestFunction(Sha256Digest)
-                                                                             : DigestFunction(Xxh3Digest);
+  DigestFunction digest =
+      options.digest == PayloadDigestAlgorithm::kSha256
+          ? DigestFunction([](std::span<const std::byte> p) { return Sha256Digest(p.data(), p.size()); })
+          : DigestFunction([](std::span<const std::byte> p) { return Xxh3_128Digest(p.data(), p.size()); });
   return std::unique_ptr<PayloadStore>(new PayloadStore(options, std::move(digest)));
 }
 
