@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build pkg-config python3
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
-  libgtest-dev libgmock-dev libxxhash-dev libssl-dev
+  libgtest-dev libgmock-dev libxxhash-dev libssl-dev libnuma-dev
   clang-14 libclang-rt-14-dev   # libFuzzer for the fuzz preset
 )
 

@@ -1,0 +1,123 @@
+// Tier: one kind of memory or storage holding block payloads under their BlockKeys. The six
+// tiers of the paper (GPU HBM, pinned DRAM, CXL memory, NVMe, a remote pool, a parallel
+// filesystem) implement this one interface; the store (issue 5) moves blocks between them.
+//
+// Failure semantics are part of the contract and checked by the conformance suite that every
+// tier passes (tests/tier/tier_conformance_test.cc):
+//  - A successful Write is readable until Evict (or until the process ends, for volatile
+//    tiers). A failed Write leaves an earlier block with the same key unaffected and readable.
+//  - A tier never evicts on its own: when full, Write fails with ResourceExhausted and the
+//    policy decides what to evict.
+//  - Read never returns bytes that fail their checksum: it reports Corruption, drops the
+//    block and counts it. A torn block (a Write racing a Read of the same key) is never seen:
+//    a Read returns the old bytes or the new ones.
+//
+// Thread-safety: every method may be called concurrently from many threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/block.h"
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+// The paper's T0-T5; the number is the tier's bit in a TierMask (prefix_index.h).
+// On disk and on the wire: do not renumber.
+enum class TierKind : uint8_t {
+  kGpuHbm = 0,
+  kCpuDram = 1,
+  kCxlMemory = 2,
+  kNvme = 3,
+  kRemotePool = 4,
+  kParallelFs = 5,
+};
+std::string_view TierKindName(TierKind kind);  // "gpu_hbm", "cpu_dram", ...
+
+struct TierStats {
+  uint64_t capacity_bytes = 0;  // 0 when unbounded
+  uint64_t used_bytes = 0;      // payload bytes held (allocation overhead excluded)
+  uint64_t blocks = 0;
+  uint64_t writes = 0;
+  uint64_t write_bytes = 0;
+  uint64_t write_failures = 0;
+  uint64_t reads = 0;           // successful reads
+  uint64_t read_bytes = 0;
+  uint64_t read_misses = 0;
+  uint64_t checksum_failures = 0;
+  uint64_t evictions = 0;
+};
+
+class Tier {
+ public:
+  struct WriteOp {
+    BlockKey key;
+    std::span<const std::byte> payload;
+  };
+  struct ReadOp {
+    BlockKey key;
+    std::span<std::byte> out;
+  };
+
+  virtual ~Tier() = default;
+
+  virtual TierKind kind() const = 0;
+  virtual const std::string& name() const = 0;
+
+  // Stores a copy of `payload` under `key`, replacing a block with that key. InvalidArgument
+  // for an empty payload; ResourceExhausted when the tier lacks room; IoError / Unavailable
+  // when its device or server fails. On any failure an earlier block stays readable.
+  virtual Status Write(const BlockKey& key, std::span<const std::byte> payload) = 0;
+
+  // Copies the block into `out` and returns its size. NotFound on a miss; InvalidArgument
+  // when `out` is smaller than the block (nothing copied); Corruption when the stored bytes
+  // fail their checksum (the block is dropped and counted).
+  virtual Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) = 0;
+
+  // The block's size, or nullopt when absent.
+  virtual std::optional<std::size_t> Size(const BlockKey& key) const = 0;
+
+  // Removes the block. NotFound when absent.
+  virtual Status Evict(const BlockKey& key) = 0;
+
+  virtual TierStats GetStats() const = 0;
+
+  // Many blocks per call. These loop over Write / Read; tiers with device queues or
+  // pipelines override them. Results are in the order of `ops`.
+  virtual std::vector<Status> WriteBatch(std::span<const WriteOp> ops);
+  virtual std::vector<Result<std::size_t>> ReadBatch(std::span<const ReadOp> ops);
+};
+
+// Forwards every call to another tier: decorators (fault injection, metrics) override only
+// what they change. Does not own the target unless constructed with a unique_ptr.
+class TierWrapper : public Tier {
+ public:
+  explicit TierWrapper(Tier* target) : target_(target) {}
+  explicit TierWrapper(std::unique_ptr<Tier> target) : owned_(std::move(target)), target_(owned_.get()) {}
+
+  TierKind kind() const override { return target_->kind(); }
+  const std::string& name() const override { return target_->name(); }
+  Status Write(const BlockKey& key, std::span<const std::byte> payload) override { return target_->Write(key, payload); }
+  Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override { return target_->Read(key, out); }
+  std::optional<std::size_t> Size(const BlockKey& key) const override { return target_->Size(key); }
+  Status Evict(const BlockKey& key) override { return target_->Evict(key); }
+  TierStats GetStats() const override { return target_->GetStats(); }
+  std::vector<Status> WriteBatch(std::span<const WriteOp> ops) override { return target_->WriteBatch(ops); }
+  std::vector<Result<std::size_t>> ReadBatch(std::span<const ReadOp> ops) override { return target_->ReadBatch(ops); }
+
+ protected:
+  Tier* target() const { return target_; }
+
+ private:
+  std::unique_ptr<Tier> owned_;
+  Tier* target_;
+};
+
+}  // namespace kvtier

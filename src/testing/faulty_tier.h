@@ -1,0 +1,89 @@
+// FaultyTier: a decorator that injects failures and latency into any tier, so that every
+// tier's callers can be tested against the same faults (LevelDB's FaultInjectionTestEnv).
+// Production tiers carry no fault hooks.
+//
+// Thread-safety: as the wrapped tier; the fault settings are atomics.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "kvtier/tier.h"
+
+namespace kvtier::testing {
+
+class FaultyTier : public TierWrapper {
+ public:
+  using TierWrapper::TierWrapper;
+
+  // The next `count` writes fail with `code` (and store nothing).
+  void FailNextWrites(int count, StatusCode code = StatusCode::kIoError) {
+    write_failure_code_ = code;
+    failing_writes_ = count;
+  }
+  // Every n-th write / read fails (0 disables).
+  void FailOneWriteIn(int n) { write_period_ = n; }
+  void FailOneReadIn(int n) { read_period_ = n; }
+  // Every call sleeps this long first.
+  void AddLatency(std::chrono::microseconds latency) { latency_us_ = latency.count(); }
+
+  uint64_t injected_failures() const { return injected_.load(); }
+
+  Status Write(const BlockKey& key, std::span<const std::byte> payload) override {
+    Delay();
+    if (TakeOne(failing_writes_) || Every(write_period_, writes_)) {
+      injected_.fetch_add(1);
+      return Injected(write_failure_code_.load(), "write");
+    }
+    return TierWrapper::Write(key, payload);
+  }
+
+  Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override {
+    Delay();
+    if (Every(read_period_, reads_)) {
+      injected_.fetch_add(1);
+      return Injected(StatusCode::kIoError, "read");
+    }
+    return TierWrapper::Read(key, out);
+  }
+
+  // Batches go through Write/Read one by one so that every block sees the faults.
+  std::vector<Status> WriteBatch(std::span<const WriteOp> ops) override { return Tier::WriteBatch(ops); }
+  std::vector<Result<std::size_t>> ReadBatch(std::span<const ReadOp> ops) override { return Tier::ReadBatch(ops); }
+
+ private:
+  static Status Injected(StatusCode code, const char* what) {
+    const std::string message = std::string("injected ") + what + " failure";
+    switch (code) {
+      case StatusCode::kResourceExhausted: return Status::ResourceExhausted(message);
+      case StatusCode::kUnavailable: return Status::Unavailable(message);
+      case StatusCode::kCorruption: return Status::Corruption(message);
+      default: return Status::IoError(message);
+    }
+  }
+  // Decrements `count` if it is positive; true when it did.
+  static bool TakeOne(std::atomic<int>& count) {
+    int value = count.load();
+    while (value > 0) {
+      if (count.compare_exchange_weak(value, value - 1)) return true;
+    }
+    return false;
+  }
+  static bool Every(const std::atomic<int>& period, std::atomic<uint64_t>& counter) {
+    const int n = period.load();
+    return n > 0 && (counter.fetch_add(1) + 1) % static_cast<uint64_t>(n) == 0;
+  }
+  void Delay() const {
+    const auto us = latency_us_.load();
+    if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
+  }
+
+  std::atomic<StatusCode> write_failure_code_{StatusCode::kIoError};
+  std::atomic<int> failing_writes_{0};
+  std::atomic<int> write_period_{0}, read_period_{0};
+  std::atomic<uint64_t> writes_{0}, reads_{0}, injected_{0};
+  std::atomic<int64_t> latency_us_{0};
+};
+
+}  // namespace kvtier::testing

@@ -1,0 +1,176 @@
+// T1: host DRAM (see tiers.h).
+//
+// Locking: keys are spread over shards, each a reader-writer lock over a map from key to
+// its slot. Read copies the payload out under its shard's shared lock. Write fills a fresh
+// slot with no lock held, then swaps it in under the shard's exclusive lock and frees the
+// old slot there, so no reader can be copying a slot that is being reused: a Read sees the
+// old block or the new one, never a torn mix. Lock order: a shard lock, then the slab
+// allocator's mutex (Free under a shard lock); Allocate takes no shard lock.
+#include <atomic>
+#include <cstring>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "kvtier/tiers.h"
+#include "tier/dram_tier.h"
+#include "tier/slab_allocator.h"
+
+namespace kvtier {
+namespace {
+
+class DramTier final : public Tier {
+ public:
+  DramTier(DramTierOptions options, std::unique_ptr<SlabAllocator> slabs)
+      : options_(std::move(options)), slabs_(std::move(slabs)), shards_(static_cast<std::size_t>(options_.shards)) {}
+
+  TierKind kind() const override { return TierKind::kCpuDram; }
+  const std::string& name() const override { return options_.name; }
+
+  Status Write(const BlockKey& key, std::span<const std::byte> payload) override {
+    if (payload.empty()) return Fail(Status::InvalidArgument(name() + ": cannot store an empty payload"));
+    std::byte* slot = slabs_->Allocate(payload.size());
+    if (slot == nullptr) {
+      return Fail(Status::ResourceExhausted(name() + ": no room for a " + std::to_string(payload.size()) +
+                                            "-byte block (capacity " + std::to_string(slabs_->region_bytes()) +
+                                            " bytes); evict blocks first"));
+    }
+    std::memcpy(slot, payload.data(), payload.size());
+    const Entry entry{slot, payload.size(), PayloadChecksum(payload)};
+    Shard& shard = ShardFor(key);
+    {
+      std::unique_lock lock(shard.mutex);
+      auto [it, inserted] = shard.blocks.try_emplace(key, entry);
+      if (!inserted) {
+        used_bytes_ -= it->second.size;
+        slabs_->Free(it->second.slot, it->second.size);
+        it->second = entry;
+      } else {
+        blocks_.fetch_add(1, std::memory_order_relaxed);
+      }
+      used_bytes_ += entry.size;
+    }
+    writes_.fetch_add(1, std::memory_order_relaxed);
+    write_bytes_.fetch_add(payload.size(), std::memory_order_relaxed);
+    return Status::Ok();
+  }
+
+  Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override {
+    Shard& shard = ShardFor(key);
+    {
+      std::shared_lock lock(shard.mutex);
+      auto it = shard.blocks.find(key);
+      if (it == shard.blocks.end()) {
+        read_misses_.fetch_add(1, std::memory_order_relaxed);
+        return Status::NotFound(name() + ": block " + key.ToHex() + " is not here");
+      }
+      const Entry& entry = it->second;
+      if (out.size() < entry.size) {
+        return Status::InvalidArgument(name() + ": a buffer of " + std::to_string(out.size()) + " bytes cannot hold block " +
+                                       key.ToHex() + " of " + std::to_string(entry.size));
+      }
+      std::memcpy(out.data(), entry.slot, entry.size);
+      if (PayloadChecksum(out.first(entry.size)) == entry.checksum) {
+        reads_.fetch_add(1, std::memory_order_relaxed);
+        read_bytes_.fetch_add(entry.size, std::memory_order_relaxed);
+        return entry.size;
+      }
+    }
+    // The stored bytes changed under us (a memory fault or a stray write): never return them.
+    checksum_failures_.fetch_add(1, std::memory_order_relaxed);
+    (void)Evict(key);
+    return Status::Corruption(name() + ": block " + key.ToHex() + " failed its checksum and was dropped");
+  }
+
+  std::optional<std::size_t> Size(const BlockKey& key) const override {
+    const Shard& shard = ShardFor(key);
+    std::shared_lock lock(shard.mutex);
+    auto it = shard.blocks.find(key);
+    if (it == shard.blocks.end()) return std::nullopt;
+    return it->second.size;
+  }
+
+  Status Evict(const BlockKey& key) override {
+    Shard& shard = ShardFor(key);
+    std::unique_lock lock(shard.mutex);
+    auto it = shard.blocks.find(key);
+    if (it == shard.blocks.end()) return Status::NotFound(name() + ": block " + key.ToHex() + " is not here");
+    used_bytes_ -= it->second.size;
+    slabs_->Free(it->second.slot, it->second.size);
+    shard.blocks.erase(it);
+    blocks_.fetch_sub(1, std::memory_order_relaxed);
+    evictions_.fetch_add(1, std::memory_order_relaxed);
+    return Status::Ok();
+  }
+
+  TierStats GetStats() const override {
+    TierStats s;
+    s.capacity_bytes = slabs_->region_bytes();
+    s.used_bytes = used_bytes_.load(std::memory_order_relaxed);
+    s.blocks = blocks_.load(std::memory_order_relaxed);
+    s.writes = writes_.load(std::memory_order_relaxed);
+    s.write_bytes = write_bytes_.load(std::memory_order_relaxed);
+    s.write_failures = write_failures_.load(std::memory_order_relaxed);
+    s.reads = reads_.load(std::memory_order_relaxed);
+    s.read_bytes = read_bytes_.load(std::memory_order_relaxed);
+    s.read_misses = read_misses_.load(std::memory_order_relaxed);
+    s.checksum_failures = checksum_failures_.load(std::memory_order_relaxed);
+    s.evictions = evictions_.load(std::memory_order_relaxed);
+    return s;
+  }
+
+  bool CorruptForTesting(const BlockKey& key) {
+    Shard& shard = ShardFor(key);
+    std::unique_lock lock(shard.mutex);
+    auto it = shard.blocks.find(key);
+    if (it == shard.blocks.end()) return false;
+    it->second.slot[it->second.size / 2] ^= std::byte{0x40};
+    return true;
+  }
+
+ private:
+  struct Entry {
+    std::byte* slot;
+    std::size_t size;
+    uint64_t checksum;
+  };
+  struct Shard {
+    mutable std::shared_mutex mutex;
+    std::unordered_map<BlockKey, Entry, BlockKeyHash> blocks;  // GUARDED_BY(mutex)
+  };
+
+  Shard& ShardFor(const BlockKey& key) { return shards_[BlockKeyHash{}(key) % shards_.size()]; }
+  const Shard& ShardFor(const BlockKey& key) const { return shards_[BlockKeyHash{}(key) % shards_.size()]; }
+  Status Fail(Status status) {
+    write_failures_.fetch_add(1, std::memory_order_relaxed);
+    return status;
+  }
+
+  const DramTierOptions options_;
+  const std::unique_ptr<SlabAllocator> slabs_;
+  std::vector<Shard> shards_;
+  std::atomic<uint64_t> used_bytes_{0}, blocks_{0}, writes_{0}, write_bytes_{0}, write_failures_{0}, reads_{0},
+      read_bytes_{0}, read_misses_{0}, checksum_failures_{0}, evictions_{0};
+};
+
+}  // namespace
+
+Status DramTierOptions::Validate() const {
+  if (capacity_bytes == 0) return Status::InvalidArgument("DRAM tier '" + name + "': capacity_bytes must be > 0");
+  if (shards < 1 || shards > 4096) return Status::InvalidArgument("DRAM tier '" + name + "': shards must be 1 to 4096");
+  return Status::Ok();
+}
+
+bool CorruptDramBlockForTesting(Tier* tier, const BlockKey& key) {
+  auto* dram = dynamic_cast<DramTier*>(tier);
+  return dram != nullptr && dram->CorruptForTesting(key);
+}
+
+Result<std::unique_ptr<Tier>> NewDramTier(const DramTierOptions& options) {
+  KVTIER_RETURN_IF_ERROR(options.Validate());
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SlabAllocator> slabs,
+                          SlabAllocator::Create({options.capacity_bytes, options.numa_node, options.lock_memory,
+                                                 options.huge_pages}));
+  return std::unique_ptr<Tier>(std::make_unique<DramTier>(options, std::move(slabs)));
+}
+
+}  // namespace kvtier

@@ -1,0 +1,58 @@
+#include <gtest/gtest.h>
+
+#include "kvtier/tiers.h"
+#include "tier/dram_tier.h"
+#include "tier/slab_allocator.h"
+
+namespace kvtier {
+namespace {
+
+TEST(DramTier, CorruptedBlockIsDroppedNeverReturned) {
+  Result<std::unique_ptr<Tier>> tier = NewDramTier({.capacity_bytes = 4u << 20, .lock_memory = false});
+  ASSERT_TRUE(tier.ok());
+  const BlockKey key{1, 2};
+  std::vector<std::byte> payload(8192, std::byte{7});
+  ASSERT_TRUE((*tier)->Write(key, payload).ok());
+  ASSERT_TRUE(CorruptDramBlockForTesting(tier->get(), key));
+  std::vector<std::byte> out(8192);
+  EXPECT_EQ((*tier)->Read(key, out).status().code(), StatusCode::kCorruption);
+  EXPECT_EQ((*tier)->Size(key), std::nullopt);
+  EXPECT_EQ((*tier)->GetStats().checksum_failures, 1u);
+  EXPECT_EQ((*tier)->GetStats().used_bytes, 0u);
+}
+
+TEST(DramTier, OptionsAreValidated) {
+  EXPECT_EQ(NewDramTier({.capacity_bytes = 0}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(NewDramTier({.capacity_bytes = 1u << 20, .shards = 0}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(NewDramTier({.capacity_bytes = 1u << 20, .numa_node = 4096}).ok());
+}
+
+TEST(DramTier, NumaNodeZeroBindsWhereNumaExists) {
+  Result<std::unique_ptr<Tier>> tier = NewDramTier({.capacity_bytes = 2u << 20, .numa_node = 0, .lock_memory = false});
+  if (!tier.ok()) {
+    EXPECT_EQ(tier.status().code(), StatusCode::kUnsupported);
+    GTEST_SKIP() << tier.status().message();
+  }
+  std::vector<std::byte> payload(4096, std::byte{1});
+  EXPECT_TRUE((*tier)->Write({3, 4}, payload).ok());
+}
+
+TEST(SlabAllocator, ClassesFillWholeSlabsAndReuseFreedSlots) {
+  Result<std::unique_ptr<SlabAllocator>> slabs = SlabAllocator::Create({.capacity_bytes = 4u << 20, .lock_memory = false});
+  ASSERT_TRUE(slabs.ok());
+  EXPECT_EQ(SlabAllocator::ClassSize(1), 4096u);
+  EXPECT_EQ(SlabAllocator::ClassSize(4097), 8192u);
+  // 4 MiB region = two slabs; 1 MiB blocks fit two per slab, four in all.
+  std::vector<std::byte*> slots;
+  for (int i = 0; i < 4; ++i) {
+    slots.push_back((*slabs)->Allocate(1u << 20));
+    ASSERT_NE(slots.back(), nullptr) << i;
+  }
+  EXPECT_EQ((*slabs)->Allocate(1u << 20), nullptr);
+  EXPECT_EQ((*slabs)->Allocate(4096), nullptr);  // every slab belongs to the 1 MiB class
+  (*slabs)->Free(slots[2], 1u << 20);
+  EXPECT_EQ((*slabs)->Allocate((1u << 20) - 100), slots[2]);  // same class, same slot
+}
+
+}  // namespace
+}  // namespace kvtier

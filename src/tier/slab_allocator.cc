@@ -1,0 +1,66 @@
+#include "tier/slab_allocator.h"
+
+#include <numa.h>
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace kvtier {
+
+std::size_t SlabAllocator::ClassSize(std::size_t size) {
+  return (size + kClassGranularity - 1) / kClassGranularity * kClassGranularity;
+}
+
+Result<std::unique_ptr<SlabAllocator>> SlabAllocator::Create(const SlabRegionOptions& options) {
+  if (options.capacity_bytes == 0) return Status::InvalidArgument("a DRAM region needs capacity_bytes > 0");
+  const uint64_t bytes = (options.capacity_bytes + kSlabBytes - 1) / kSlabBytes * kSlabBytes;
+  if (options.numa_node >= 0) {
+    if (numa_available() < 0) return Status::Unsupported("numa_node is set but this kernel has no NUMA support");
+    if (options.numa_node > numa_max_node()) {
+      return Status::InvalidArgument("numa_node " + std::to_string(options.numa_node) + " does not exist (max " +
+                                     std::to_string(numa_max_node()) + ")");
+    }
+  }
+  void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (memory == MAP_FAILED) {
+    return Status::ResourceExhausted("cannot reserve " + std::to_string(bytes) + " bytes of DRAM: " + std::strerror(errno));
+  }
+  if (options.huge_pages) (void)madvise(memory, bytes, MADV_HUGEPAGE);
+  // Bind before the first touch so that every page is placed on the node.
+  if (options.numa_node >= 0) numa_tonode_memory(memory, bytes, options.numa_node);
+  // mlock faults every page in and keeps it resident; refused above RLIMIT_MEMLOCK, which
+  // is fine: the tier still works, it may just be swapped.
+  const bool locked = options.lock_memory && mlock(memory, bytes) == 0;
+  return std::unique_ptr<SlabAllocator>(new SlabAllocator(static_cast<std::byte*>(memory), bytes, locked));
+}
+
+SlabAllocator::~SlabAllocator() { munmap(region_, region_bytes_); }
+
+std::byte* SlabAllocator::Allocate(std::size_t size) {
+  const std::size_t slot = ClassSize(size);
+  const std::size_t slab = (slot + kSlabBytes - 1) / kSlabBytes * kSlabBytes;
+  std::lock_guard lock(mutex_);
+  SizeClass& c = classes_[slot];
+  if (!c.free.empty()) {
+    std::byte* out = c.free.back();
+    c.free.pop_back();
+    return out;
+  }
+  if (c.cursor == nullptr || c.cursor + slot > c.end) {
+    if (carved_ + slab > region_bytes_) return nullptr;
+    c.cursor = region_ + carved_;
+    c.end = c.cursor + slab;
+    carved_ += slab;
+  }
+  std::byte* out = c.cursor;
+  c.cursor += slot;
+  return out;
+}
+
+void SlabAllocator::Free(std::byte* slot, std::size_t size) {
+  std::lock_guard lock(mutex_);
+  classes_[ClassSize(size)].free.push_back(slot);
+}
+
+}  // namespace kvtier

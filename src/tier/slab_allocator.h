@@ -1,0 +1,68 @@
+// Fixed-size slots for block payloads, carved from one region reserved up front.
+//
+// The region is split into 2 MiB slabs on demand; a slab serves one size class (a payload
+// size rounded up to 4 KiB) for its lifetime, and freed slots return to their class's free
+// list. A model's blocks all have one size, so they fill whole slabs and never fragment the
+// region. Written here because the general allocators (malloc, jemalloc) neither reserve and
+// lock one NUMA-bound region nor keep a tier's capacity exact; CacheLib's slab allocator,
+// which does, is not packaged for Debian. Costs: a slab never changes class (no rebalancing
+// yet), so a workload that switches block sizes can strand free slots in the old class.
+//
+// Thread-safety: Allocate and Free may be called concurrently (one internal mutex).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+struct SlabRegionOptions {
+  uint64_t capacity_bytes = 0;  // rounded up to whole slabs
+  int numa_node = -1;           // -1: no binding
+  bool lock_memory = true;      // best effort
+  bool huge_pages = true;       // best effort
+};
+
+class SlabAllocator {
+ public:
+  static constexpr std::size_t kSlabBytes = std::size_t{2} << 20;
+  static constexpr std::size_t kClassGranularity = 4096;
+
+  static Result<std::unique_ptr<SlabAllocator>> Create(const SlabRegionOptions& options);
+  ~SlabAllocator();
+  SlabAllocator(const SlabAllocator&) = delete;
+  SlabAllocator& operator=(const SlabAllocator&) = delete;
+
+  // A slot of at least `size` bytes, or nullptr when the region has no room for its class.
+  std::byte* Allocate(std::size_t size);
+  // Returns a slot from Allocate(size) with the same size.
+  void Free(std::byte* slot, std::size_t size);
+
+  static std::size_t ClassSize(std::size_t size);
+  uint64_t region_bytes() const { return region_bytes_; }
+  bool memory_locked() const { return locked_; }
+
+ private:
+  struct SizeClass {
+    std::vector<std::byte*> free;
+    std::byte* cursor = nullptr;  // next unused slot of the class's newest slab
+    std::byte* end = nullptr;
+  };
+
+  SlabAllocator(std::byte* region, uint64_t bytes, bool locked) : region_(region), region_bytes_(bytes), locked_(locked) {}
+
+  std::byte* const region_;
+  const uint64_t region_bytes_;
+  const bool locked_;
+  std::mutex mutex_;
+  uint64_t carved_ = 0;                                   // GUARDED_BY(mutex_)
+  std::unordered_map<std::size_t, SizeClass> classes_;    // GUARDED_BY(mutex_)
+};
+
+}  // namespace kvtier

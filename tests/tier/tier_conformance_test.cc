@@ -1,0 +1,192 @@
+// The contract of tier.h, checked on every tier implementation (and on the FaultyTier
+// decorator with no faults armed, which must be transparent).
+#include <filesystem>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "kvtier/tiers.h"
+#include "testing/faulty_tier.h"
+
+namespace kvtier {
+namespace {
+
+constexpr uint64_t kCapacity = 8u << 20;  // every tier under test holds 8 MiB
+
+struct TierFactory {
+  const char* name;
+  std::function<std::unique_ptr<Tier>(const std::string& scratch_dir)> make;
+};
+
+std::unique_ptr<Tier> MakeDram(const std::string&) {
+  Result<std::unique_ptr<Tier>> tier = NewDramTier({.capacity_bytes = kCapacity, .lock_memory = false});
+  EXPECT_TRUE(tier.ok()) << tier.status().ToString();
+  return tier.ok() ? std::move(*tier) : nullptr;
+}
+
+std::vector<TierFactory> Factories() {
+  std::vector<TierFactory> factories = {
+      {"Dram", MakeDram},
+      {"FaultyTierOverDram", [](const std::string& dir) -> std::unique_ptr<Tier> {
+         return std::make_unique<testing::FaultyTier>(MakeDram(dir));
+       }},
+  };
+  return factories;
+}
+
+std::vector<std::byte> Payload(std::size_t size, uint8_t seed) {
+  std::vector<std::byte> bytes(size);
+  for (std::size_t i = 0; i < size; ++i) bytes[i] = static_cast<std::byte>((i * 131 + seed) & 0xff);
+  return bytes;
+}
+
+BlockKey Key(uint64_t n) { return {n * 0x9E3779B97F4A7C15ull, n + 1}; }
+
+class TierConformance : public ::testing::TestWithParam<TierFactory> {
+ protected:
+  void SetUp() override {
+    dir_ = (std::filesystem::path(::testing::TempDir()) /
+            ("kvtier-tier-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++)))
+               .string();
+    std::filesystem::create_directories(dir_);
+    tier_ = GetParam().make(dir_);
+    ASSERT_NE(tier_, nullptr);
+  }
+  void TearDown() override {
+    tier_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::vector<std::byte> ReadAll(const BlockKey& key) {
+    std::vector<std::byte> out(tier_->Size(key).value_or(0));
+    Result<std::size_t> n = tier_->Read(key, out);
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    return out;
+  }
+
+  static inline int counter_ = 0;
+  std::string dir_;
+  std::unique_ptr<Tier> tier_;
+};
+
+TEST_P(TierConformance, WriteReadReplaceEvict) {
+  const auto a = Payload(65536, 1), b = Payload(4000, 2);
+  ASSERT_TRUE(tier_->Write(Key(1), a).ok());
+  EXPECT_EQ(tier_->Size(Key(1)), a.size());
+  EXPECT_EQ(ReadAll(Key(1)), a);
+  ASSERT_TRUE(tier_->Write(Key(1), b).ok());  // replace, with another size
+  EXPECT_EQ(ReadAll(Key(1)), b);
+  ASSERT_TRUE(tier_->Evict(Key(1)).ok());
+  EXPECT_EQ(tier_->Size(Key(1)), std::nullopt);
+  EXPECT_EQ(tier_->Evict(Key(1)).code(), StatusCode::kNotFound);
+  const TierStats stats = tier_->GetStats();
+  EXPECT_EQ(stats.blocks, 0u);
+  EXPECT_EQ(stats.used_bytes, 0u);
+  EXPECT_EQ(stats.writes, 2u);
+  EXPECT_EQ(stats.evictions, 1u);
+}
+
+TEST_P(TierConformance, MissesAndBadBuffers) {
+  std::vector<std::byte> out(1024);
+  EXPECT_EQ(tier_->Read(Key(7), out).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(tier_->GetStats().read_misses, 1u);
+  const auto a = Payload(2048, 3);
+  ASSERT_TRUE(tier_->Write(Key(7), a).ok());
+  std::vector<std::byte> small(2047, std::byte{0x5a});
+  EXPECT_EQ(tier_->Read(Key(7), small).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(small, std::vector<std::byte>(2047, std::byte{0x5a}));  // nothing copied
+  EXPECT_EQ(tier_->Write(Key(8), {}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadAll(Key(7)), a);
+}
+
+TEST_P(TierConformance, FullTierRefusesAndKeepsEarlierBlocks) {
+  const auto block = Payload(1u << 20, 4);
+  uint64_t stored = 0;
+  Status last;
+  for (uint64_t i = 0; i < 64 && (last = tier_->Write(Key(100 + i), block)).ok(); ++i) ++stored;
+  EXPECT_EQ(last.code(), StatusCode::kResourceExhausted) << last.ToString();
+  EXPECT_GE(stored, 4u);
+  for (uint64_t i = 0; i < stored; ++i) EXPECT_EQ(ReadAll(Key(100 + i)), block) << i;
+  // A failed replacement leaves the old block readable.
+  const auto big = Payload(6u << 20, 5);
+  EXPECT_FALSE(tier_->Write(Key(100), big).ok());
+  EXPECT_EQ(ReadAll(Key(100)), block);
+  // Room comes back after eviction.
+  ASSERT_TRUE(tier_->Evict(Key(100)).ok());
+  EXPECT_TRUE(tier_->Write(Key(999), block).ok());
+}
+
+TEST_P(TierConformance, Batches) {
+  std::vector<std::vector<std::byte>> payloads;
+  std::vector<Tier::WriteOp> writes;
+  for (uint8_t i = 0; i < 8; ++i) payloads.push_back(Payload(8192 + i, i));
+  for (uint8_t i = 0; i < 8; ++i) writes.push_back({Key(200 + i), payloads[i]});
+  for (const Status& s : tier_->WriteBatch(writes)) EXPECT_TRUE(s.ok()) << s.ToString();
+  std::vector<std::vector<std::byte>> outs(9, std::vector<std::byte>(9000));
+  std::vector<Tier::ReadOp> reads;
+  for (uint8_t i = 0; i < 9; ++i) reads.push_back({Key(200 + i), outs[i]});
+  const auto results = tier_->ReadBatch(reads);
+  for (uint8_t i = 0; i < 8; ++i) {
+    ASSERT_TRUE(results[i].ok());
+    EXPECT_TRUE(std::equal(payloads[i].begin(), payloads[i].end(), outs[i].begin()));
+  }
+  EXPECT_EQ(results[8].status().code(), StatusCode::kNotFound);
+}
+
+// A writer replaces one block with versions whose every byte equals the version; readers
+// must always see a single version.
+TEST_P(TierConformance, ConcurrentWriterAndReadersNeverSeeATornBlock) {
+  constexpr std::size_t kSize = 256 * 1024;
+  ASSERT_TRUE(tier_->Write(Key(300), std::vector<std::byte>(kSize, std::byte{0})).ok());
+  std::atomic<bool> done{false};
+  std::atomic<int> torn{0}, good{0};
+  auto reader = [&] {
+    std::vector<std::byte> out(kSize);
+    while (!done.load()) {
+      Result<std::size_t> n = tier_->Read(Key(300), out);
+      if (!n.ok()) continue;
+      const std::byte first = out[0];
+      if (std::any_of(out.begin(), out.end(), [&](std::byte b) { return b != first; })) {
+        torn.fetch_add(1);
+      } else {
+        good.fetch_add(1);
+      }
+    }
+  };
+  std::thread r1(reader), r2(reader);
+  for (int version = 1; version <= 200; ++version) {
+    ASSERT_TRUE(tier_->Write(Key(300), std::vector<std::byte>(kSize, static_cast<std::byte>(version))).ok());
+  }
+  done = true;
+  r1.join();
+  r2.join();
+  EXPECT_EQ(torn.load(), 0);
+  EXPECT_GT(good.load(), 0);
+}
+
+TEST_P(TierConformance, ConcurrentDistinctKeys) {
+  std::vector<std::thread> threads;
+  std::atomic<int> errors{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t i = 0; i < 50; ++i) {
+        const BlockKey key = Key(1000 + static_cast<uint64_t>(t) * 100 + i);
+        const auto payload = Payload(16384, static_cast<uint8_t>(i));
+        if (!tier_->Write(key, payload).ok()) errors.fetch_add(1);
+        std::vector<std::byte> out(payload.size());
+        Result<std::size_t> n = tier_->Read(key, out);
+        if (!n.ok() || out != payload) errors.fetch_add(1);
+        if (i % 2 == 0 && !tier_->Evict(key).ok()) errors.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(tier_->GetStats().blocks, 100u);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTiers, TierConformance, ::testing::ValuesIn(Factories()),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
+
+}  // namespace
+}  // namespace kvtier
