@@ -25,6 +25,20 @@ struct DramTierOptions {
 };
 Result<std::unique_ptr<Tier>> NewDramTier(const DramTierOptions& options);
 
+// T2: CXL memory, exposed as a DAX device or a file on CXL-backed memory, mapped shared and
+// bound to the CXL NUMA node with mbind; the DRAM tier's slab layout and semantics over it.
+// Its contents are volatile for kvtier (the index is not rebuilt from it on restart).
+struct CxlTierOptions {
+  std::string name = "cxl_memory";  // Default: "cxl_memory"
+  std::string path;                 // Required: e.g. /dev/dax0.0 or /dev/shm/kvtier-cxl
+  uint64_t capacity_bytes = 0;      // Required (> 0)
+  int numa_node = -1;               // Default: -1 (no binding); the CXL node in production
+  int shards = 16;                  // Default: 16 lock shards over keys
+
+  Status Validate() const;
+};
+Result<std::unique_ptr<Tier>> NewCxlTier(const CxlTierOptions& options);
+
 // T5: a parallel-filesystem directory (Lustre, NFS, 3FS in production). One file per block,
 // named by its key in sharded subdirectories, written to a temporary file and renamed into
 // place; a header carries the size and checksum, verified on every read.

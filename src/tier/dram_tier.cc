@@ -1,4 +1,4 @@
-// T1: host DRAM (see tiers.h).
+// T1 host DRAM and T2 CXL memory (see tiers.h): slots of a slab region, indexed in memory.
 //
 // Locking: keys are spread over shards, each a reader-writer lock over a map from key to
 // its slot. Read copies the payload out under its shard's shared lock. Write fills a fresh
@@ -18,13 +18,13 @@
 namespace kvtier {
 namespace {
 
-class DramTier final : public Tier {
+class MemoryTier final : public Tier {
  public:
-  DramTier(DramTierOptions options, std::unique_ptr<SlabAllocator> slabs)
-      : options_(std::move(options)), slabs_(std::move(slabs)), shards_(static_cast<std::size_t>(options_.shards)) {}
+  MemoryTier(TierKind kind, std::string name, int shards, std::unique_ptr<SlabAllocator> slabs)
+      : kind_(kind), name_(std::move(name)), slabs_(std::move(slabs)), shards_(static_cast<std::size_t>(shards)) {}
 
-  TierKind kind() const override { return TierKind::kCpuDram; }
-  const std::string& name() const override { return options_.name; }
+  TierKind kind() const override { return kind_; }
+  const std::string& name() const override { return name_; }
 
   Status Write(const BlockKey& key, std::span<const std::byte> payload) override {
     if (payload.empty()) return Fail(Status::InvalidArgument(name() + ": cannot store an empty payload"));
@@ -145,7 +145,8 @@ class DramTier final : public Tier {
     return status;
   }
 
-  const DramTierOptions options_;
+  const TierKind kind_;
+  const std::string name_;
   const std::unique_ptr<SlabAllocator> slabs_;
   std::vector<Shard> shards_;
   std::atomic<uint64_t> used_bytes_{0}, blocks_{0}, writes_{0}, write_bytes_{0}, write_failures_{0}, reads_{0},
@@ -161,16 +162,36 @@ Status DramTierOptions::Validate() const {
 }
 
 bool CorruptDramBlockForTesting(Tier* tier, const BlockKey& key) {
-  auto* dram = dynamic_cast<DramTier*>(tier);
+  auto* dram = dynamic_cast<MemoryTier*>(tier);
   return dram != nullptr && dram->CorruptForTesting(key);
 }
 
 Result<std::unique_ptr<Tier>> NewDramTier(const DramTierOptions& options) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SlabAllocator> slabs,
-                          SlabAllocator::Create({options.capacity_bytes, options.numa_node, options.lock_memory,
-                                                 options.huge_pages}));
-  return std::unique_ptr<Tier>(std::make_unique<DramTier>(options, std::move(slabs)));
+                          SlabAllocator::Create({.capacity_bytes = options.capacity_bytes,
+                                                 .numa_node = options.numa_node,
+                                                 .lock_memory = options.lock_memory,
+                                                 .huge_pages = options.huge_pages}));
+  return std::unique_ptr<Tier>(std::make_unique<MemoryTier>(TierKind::kCpuDram, options.name, options.shards, std::move(slabs)));
+}
+
+Status CxlTierOptions::Validate() const {
+  if (path.empty()) return Status::InvalidArgument("CXL tier '" + name + "': path (a DAX device or a file) is required");
+  if (capacity_bytes == 0) return Status::InvalidArgument("CXL tier '" + name + "': capacity_bytes must be > 0");
+  if (shards < 1 || shards > 4096) return Status::InvalidArgument("CXL tier '" + name + "': shards must be 1 to 4096");
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Tier>> NewCxlTier(const CxlTierOptions& options) {
+  KVTIER_RETURN_IF_ERROR(options.Validate());
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SlabAllocator> slabs,
+                          SlabAllocator::Create({.capacity_bytes = options.capacity_bytes,
+                                                 .numa_node = options.numa_node,
+                                                 .lock_memory = false,
+                                                 .huge_pages = false,
+                                                 .backing_file = options.path}));
+  return std::unique_ptr<Tier>(std::make_unique<MemoryTier>(TierKind::kCxlMemory, options.name, options.shards, std::move(slabs)));
 }
 
 }  // namespace kvtier

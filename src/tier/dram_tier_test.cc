@@ -1,3 +1,7 @@
+#include <unistd.h>
+
+#include <cstdio>
+
 #include <gtest/gtest.h>
 
 #include "kvtier/tiers.h"
@@ -52,6 +56,36 @@ TEST(SlabAllocator, ClassesFillWholeSlabsAndReuseFreedSlots) {
   EXPECT_EQ((*slabs)->Allocate(4096), nullptr);  // every slab belongs to the 1 MiB class
   (*slabs)->Free(slots[2], 1u << 20);
   EXPECT_EQ((*slabs)->Allocate((1u << 20) - 100), slots[2]);  // same class, same slot
+}
+
+}  // namespace
+}  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+TEST(CxlTier, MapsAFileAndReportsItsKind) {
+  const std::string path = "/dev/shm/kvtier-cxl-unit-" + std::to_string(::getpid());
+  Result<std::unique_ptr<Tier>> tier = NewCxlTier({.path = path, .capacity_bytes = 4u << 20});
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  EXPECT_EQ((*tier)->kind(), TierKind::kCxlMemory);
+  EXPECT_EQ((*tier)->GetStats().capacity_bytes, 4u << 20);
+  std::vector<std::byte> payload(100000, std::byte{9});
+  ASSERT_TRUE((*tier)->Write({5, 6}, payload).ok());
+  std::vector<std::byte> out(100000);
+  EXPECT_EQ(*(*tier)->Read({5, 6}, out), payload.size());
+  EXPECT_EQ(out, payload);
+  tier->reset();
+  std::remove(path.c_str());
+}
+
+TEST(CxlTier, BadPathsAndOptionsAreClearErrors) {
+  EXPECT_EQ(NewCxlTier({.path = "", .capacity_bytes = 1u << 20}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(NewCxlTier({.path = "/dev/shm/x", .capacity_bytes = 0}).status().code(), StatusCode::kInvalidArgument);
+  Result<std::unique_ptr<Tier>> missing_dir = NewCxlTier({.path = "/no/such/dir/cxl", .capacity_bytes = 1u << 20});
+  ASSERT_FALSE(missing_dir.ok());
+  EXPECT_EQ(missing_dir.status().code(), StatusCode::kIoError);
+  EXPECT_NE(missing_dir.status().message().find("/no/such/dir/cxl"), std::string::npos);
 }
 
 }  // namespace

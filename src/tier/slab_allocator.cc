@@ -1,10 +1,14 @@
 #include "tier/slab_allocator.h"
 
+#include <fcntl.h>
 #include <numa.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+
+#include <sys/stat.h>
 
 namespace kvtier {
 
@@ -22,9 +26,28 @@ Result<std::unique_ptr<SlabAllocator>> SlabAllocator::Create(const SlabRegionOpt
                                      std::to_string(numa_max_node()) + ")");
     }
   }
-  void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  int fd = -1;
+  if (!options.backing_file.empty()) {
+    fd = open(options.backing_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return Status::IoError(options.backing_file + ": cannot open (" + std::strerror(errno) + ")");
+    struct stat st {};
+    // A DAX character device has its own size; a regular file is sized to the capacity.
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) < bytes &&
+        ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      const Status error = Status::ResourceExhausted(options.backing_file + ": cannot size to " + std::to_string(bytes) +
+                                                     " bytes (" + std::strerror(errno) + ")");
+      close(fd);
+      return error;
+    }
+  }
+  void* memory = fd >= 0 ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                         : mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (memory == MAP_FAILED) {
-    return Status::ResourceExhausted("cannot reserve " + std::to_string(bytes) + " bytes of DRAM: " + std::strerror(errno));
+    const Status error = Status::ResourceExhausted("cannot map " + std::to_string(bytes) + " bytes" +
+                                                   (fd >= 0 ? " of " + options.backing_file : std::string(" of DRAM")) +
+                                                   ": " + std::strerror(errno));
+    if (fd >= 0) close(fd);
+    return error;
   }
   if (options.huge_pages) (void)madvise(memory, bytes, MADV_HUGEPAGE);
   // Bind before the first touch so that every page is placed on the node.
@@ -32,10 +55,13 @@ Result<std::unique_ptr<SlabAllocator>> SlabAllocator::Create(const SlabRegionOpt
   // mlock faults every page in and keeps it resident; refused above RLIMIT_MEMLOCK, which
   // is fine: the tier still works, it may just be swapped.
   const bool locked = options.lock_memory && mlock(memory, bytes) == 0;
-  return std::unique_ptr<SlabAllocator>(new SlabAllocator(static_cast<std::byte*>(memory), bytes, locked));
+  return std::unique_ptr<SlabAllocator>(new SlabAllocator(static_cast<std::byte*>(memory), bytes, locked, fd));
 }
 
-SlabAllocator::~SlabAllocator() { munmap(region_, region_bytes_); }
+SlabAllocator::~SlabAllocator() {
+  munmap(region_, region_bytes_);
+  if (fd_ >= 0) close(fd_);
+}
 
 std::byte* SlabAllocator::Allocate(std::size_t size) {
   const std::size_t slot = ClassSize(size);

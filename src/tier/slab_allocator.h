@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct SlabRegionOptions {
   int numa_node = -1;           // -1: no binding
   bool lock_memory = true;      // best effort
   bool huge_pages = true;       // best effort
+  // A file or DAX device to map (shared) instead of anonymous memory: how CXL memory is
+  // exposed (a devdax node, or a file on a CXL-backed tmpfs). Created and sized if absent.
+  std::string backing_file;
 };
 
 class SlabAllocator {
@@ -55,11 +59,13 @@ class SlabAllocator {
     std::byte* end = nullptr;
   };
 
-  SlabAllocator(std::byte* region, uint64_t bytes, bool locked) : region_(region), region_bytes_(bytes), locked_(locked) {}
+  SlabAllocator(std::byte* region, uint64_t bytes, bool locked, int fd)
+      : region_(region), region_bytes_(bytes), locked_(locked), fd_(fd) {}
 
   std::byte* const region_;
   const uint64_t region_bytes_;
   const bool locked_;
+  const int fd_;  // the backing file, or -1
   std::mutex mutex_;
   uint64_t carved_ = 0;                                   // GUARDED_BY(mutex_)
   std::unordered_map<std::size_t, SizeClass> classes_;    // GUARDED_BY(mutex_)

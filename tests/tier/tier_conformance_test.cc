@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <numa.h>
+
 #include "kvtier/tiers.h"
 #include "testing/faulty_tier.h"
 
@@ -29,6 +31,15 @@ std::vector<TierFactory> Factories() {
       {"Dram", MakeDram},
       {"FaultyTierOverDram", [](const std::string& dir) -> std::unique_ptr<Tier> {
          return std::make_unique<testing::FaultyTier>(MakeDram(dir));
+       }},
+      // CXL memory as the tests can have it: a file in /dev/shm (tmpfs) bound to node 0.
+      {"CxlOnDevShm", [](const std::string& dir) -> std::unique_ptr<Tier> {
+         const std::string path = "/dev/shm/kvtier-cxl-test-" + std::filesystem::path(dir).filename().string();
+         Result<std::unique_ptr<Tier>> tier =
+             NewCxlTier({.path = path, .capacity_bytes = kCapacity, .numa_node = numa_available() < 0 ? -1 : 0});
+         std::filesystem::remove(path);  // the mapping keeps the memory until the tier goes
+         EXPECT_TRUE(tier.ok()) << tier.status().ToString();
+         return tier.ok() ? std::move(*tier) : nullptr;
        }},
   };
   return factories;
