@@ -12,7 +12,7 @@
 
 #include "dedup/checkpoint_format.h"
 #include "dedup/checkpoint_internal.h"
-#include "dedup/posix_file.h"
+#include "util/posix_file.h"
 
 namespace kvtier {
 namespace {
@@ -142,13 +142,6 @@ Status WriteFile(const std::string& path, const Plan& plan) {
   KVTIER_RETURN_IF_ERROR(out.Finish());
   if (::fsync(fd.get()) != 0) return ErrnoStatus(path, "fsync", errno);
   return fd.Close(path);
-}
-
-Status SyncDirectory(const std::string& dir) {
-  ScopedFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoStatus(dir, "open", errno);
-  if (::fsync(fd.get()) != 0) return ErrnoStatus(dir, "fsync", errno);
-  return fd.Close(dir);
 }
 
 // Holds `<dir>/checkpoint.lock` exclusively while it lives; the kernel drops it if the

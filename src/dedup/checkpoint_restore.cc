@@ -13,8 +13,8 @@
 
 #include "dedup/checkpoint_format.h"
 #include "dedup/checkpoint_internal.h"
-#include "dedup/posix_file.h"
 #include "kvtier/checkpoint.h"
+#include "util/posix_file.h"
 
 namespace kvtier {
 namespace {

@@ -32,6 +32,12 @@ std::vector<TierFactory> Factories() {
       {"FaultyTierOverDram", [](const std::string& dir) -> std::unique_ptr<Tier> {
          return std::make_unique<testing::FaultyTier>(MakeDram(dir));
        }},
+      {"ParallelFsDirectory", [](const std::string& dir) -> std::unique_ptr<Tier> {
+         Result<std::unique_ptr<Tier>> tier =
+             NewParallelFsTier({.directory = dir + "/pfs", .capacity_bytes = kCapacity, .fsync = FsyncPolicy::kNever});
+         EXPECT_TRUE(tier.ok()) << tier.status().ToString();
+         return tier.ok() ? std::move(*tier) : nullptr;
+       }},
       // CXL memory as the tests can have it: a file in /dev/shm (tmpfs) bound to node 0.
       {"CxlOnDevShm", [](const std::string& dir) -> std::unique_ptr<Tier> {
          const std::string path = "/dev/shm/kvtier-cxl-test-" + std::filesystem::path(dir).filename().string();

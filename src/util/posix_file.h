@@ -1,5 +1,6 @@
-// Small POSIX helpers for the checkpoint code: an owned file descriptor, and a Status for
-// a failed system call that names the path and the OS's reason.
+// Small POSIX helpers shared by the code that writes files (checkpoints, the filesystem
+// tier): an owned file descriptor, a Status for a failed system call that names the path and
+// the OS's reason, and a directory fsync (what makes a rename durable).
 //
 // Thread-safety: ScopedFd is a value owned by one thread at a time.
 #pragma once
@@ -10,6 +11,7 @@
 #include <system_error>
 #include <utility>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "kvtier/status.h"
@@ -40,6 +42,8 @@ class ScopedFd {
   ~ScopedFd() { Reset(); }
 
   int get() const { return fd_; }
+  // Gives up ownership: the caller closes the descriptor.
+  int Release() { return std::exchange(fd_, -1); }
   bool valid() const { return fd_ >= 0; }
 
   // Closes now, reporting the error a destructor would swallow (NFS reports write errors
@@ -58,5 +62,13 @@ class ScopedFd {
 
   int fd_ = -1;
 };
+
+// fsyncs a directory, so that renames and creations inside it survive a power loss.
+inline Status SyncDirectory(const std::string& dir) {
+  ScopedFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(dir, "open", errno);
+  if (::fsync(fd.get()) != 0) return ErrnoStatus(dir, "fsync", errno);
+  return fd.Close(dir);
+}
 
 }  // namespace kvtier

@@ -1,0 +1,485 @@
+// T5, the parallel-filesystem tier: one file per block under sharded subdirectories.
+//
+// On disk (do not change without bumping kFormatVersion): `<dir>/<aa>/<bb>/<key hex>.blk`
+// for shard_levels = 2, where aa, bb are the key's leading hex bytes, holding
+//   offset 0   "KVTB"                      magic
+//   offset 4   uint32 little-endian        format version (1)
+//   offset 8   uint64 little-endian        payload length
+//   offset 16  uint64 little-endian        xxh3-64 of the payload (PayloadChecksum)
+//   offset 24  the payload
+// A block is written to `<key hex>.<pid>.<tid>.<n>.tmp` beside its final name and renamed
+// over it, so readers see the old file or the new one, never a mix: a reader that opened
+// the old file keeps reading the old inode after the rename.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <unordered_map>
+#include <utility>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kvtier/tiers.h"
+#include "util/posix_file.h"
+
+namespace kvtier {
+namespace {
+
+constexpr std::size_t kHeaderBytes = 24;
+constexpr uint32_t kFormatVersion = 1;
+constexpr char kMagic[4] = {'K', 'V', 'T', 'B'};
+constexpr std::string_view kBlockSuffix = ".blk";
+constexpr std::string_view kTempSuffix = ".tmp";
+constexpr int kMaxShardLevels = 4;
+
+void PutLe(std::byte* out, uint64_t value, std::size_t bytes) {
+  for (std::size_t i = 0; i < bytes; ++i) out[i] = static_cast<std::byte>(value >> (8 * i));
+}
+uint64_t GetLe(const std::byte* in, std::size_t bytes) {
+  uint64_t value = 0;
+  for (std::size_t i = 0; i < bytes; ++i) value |= std::to_integer<uint64_t>(in[i]) << (8 * i);
+  return value;
+}
+
+using Header = std::array<std::byte, kHeaderBytes>;
+
+Header EncodeHeader(uint64_t length, uint64_t checksum) {
+  Header header{};
+  std::memcpy(header.data(), kMagic, sizeof(kMagic));
+  PutLe(header.data() + 4, kFormatVersion, 4);
+  PutLe(header.data() + 8, length, 8);
+  PutLe(header.data() + 16, checksum, 8);
+  return header;
+}
+
+struct DecodedHeader {
+  uint64_t length = 0;
+  uint64_t checksum = 0;
+};
+
+// The header of a file of `file_bytes`, or why it is not a whole block file.
+Result<DecodedHeader> DecodeHeader(std::span<const std::byte> header, uint64_t file_bytes) {
+  if (file_bytes < kHeaderBytes || header.size() < kHeaderBytes) {
+    return Status::Corruption("truncated header (" + std::to_string(file_bytes) + " bytes)");
+  }
+  if (std::memcmp(header.data(), kMagic, sizeof(kMagic)) != 0) return Status::Corruption("bad magic");
+  if (const uint64_t version = GetLe(header.data() + 4, 4); version != kFormatVersion) {
+    return Status::Corruption("unknown format version " + std::to_string(version));
+  }
+  const DecodedHeader decoded{.length = GetLe(header.data() + 8, 8), .checksum = GetLe(header.data() + 16, 8)};
+  if (decoded.length != file_bytes - kHeaderBytes) {
+    return Status::Corruption("header says " + std::to_string(decoded.length) + " payload bytes, file holds " +
+                              std::to_string(file_bytes - kHeaderBytes));
+  }
+  return decoded;
+}
+
+// Like ErrnoStatus, but a full filesystem or quota is ResourceExhausted (the policy can
+// evict), and ENOENT stays an IoError: on the write path a vanished file is a failure.
+Status FsError(const std::string& path, std::string_view what, int error) {
+  const std::string reason = std::generic_category().message(error);
+  if (error == ENOSPC || error == EDQUOT) {
+    return Status::ResourceExhausted(path + ": " + std::string(what) + " failed: filesystem full (" + reason +
+                                     "); evict blocks or free space on the filesystem");
+  }
+  return Status::IoError(path + ": " + std::string(what) + " failed: " + reason);
+}
+
+Status WriteAll(int fd, std::span<const std::byte> bytes, const std::string& path) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return FsError(path, "write", errno);
+    bytes = bytes.subspan(static_cast<std::size_t>(n));
+  }
+  return Status::Ok();
+}
+
+// Reads until `out` is full or the file ends; returns the bytes read.
+Result<std::size_t> PreadAll(int fd, std::span<std::byte> out, uint64_t offset, const std::string& path) {
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return FsError(path, "read", errno);
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  return done;
+}
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// Locking: `mu_` guards the accounting (sizes_, used_bytes_, reserved_bytes_) and is never
+// held across a system call. A key's stripe lock (key_locks_) is held around the metadata
+// calls that change which file a key names -- the rename of a Write, the unlink of an Evict
+// or of a corrupt block -- together with the accounting update, so the map always matches
+// the directory. Lock order: stripe lock, then mu_. Data writes, fsyncs and reads hold no
+// lock: readers rely on rename's atomic replacement. Counters are relaxed atomics.
+class ParallelFsTier final : public Tier {
+ public:
+  explicit ParallelFsTier(ParallelFsTierOptions options) : options_(std::move(options)) {}
+
+  // Rebuilds the accounting from the directory and removes temporaries a crash left behind.
+  Status Open();
+
+  TierKind kind() const override { return TierKind::kParallelFs; }
+  const std::string& name() const override { return options_.name; }
+  Status Write(const BlockKey& key, std::span<const std::byte> payload) override;
+  Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override;
+  std::optional<std::size_t> Size(const BlockKey& key) const override;
+  Status Evict(const BlockKey& key) override;
+  TierStats GetStats() const override;
+
+ private:
+  static constexpr std::size_t kKeyLocks = 64;
+
+  std::string ShardDir(const std::string& hex) const {
+    std::string dir = options_.directory;
+    for (int level = 0; level < options_.shard_levels; ++level) {
+      dir += '/';
+      dir += hex.substr(2 * static_cast<std::size_t>(level), 2);
+    }
+    return dir;
+  }
+  std::string BlockPath(const std::string& hex) const { return ShardDir(hex) + "/" + hex + std::string(kBlockSuffix); }
+  std::mutex& KeyLock(const BlockKey& key) { return key_locks_[BlockKeyHash{}(key) % kKeyLocks]; }
+
+  Status MakeShardDirs(const std::string& hex) const;
+  Status WriteTemp(const std::string& hex, const std::string& temp, std::span<const std::byte> payload) const;
+  Status Commit(const BlockKey& key, const std::string& temp, const std::string& path, uint64_t size,
+                uint64_t reservation);
+  Status DropCorrupt(const BlockKey& key, const std::string& path, const struct stat& opened, const Status& why);
+  Status ScanDirectory(const std::string& dir, int level);
+  void AdmitScanned(const std::string& path, std::string_view file_name);
+  uint64_t ForgetLocked(const BlockKey& key);
+  Status FailWrite(Status status) {
+    write_failures_.fetch_add(1, std::memory_order_relaxed);
+    return status;
+  }
+
+  const ParallelFsTierOptions options_;
+  std::array<std::mutex, kKeyLocks> key_locks_;
+
+  mutable std::mutex mu_;
+  std::unordered_map<BlockKey, uint64_t, BlockKeyHash> sizes_;  // GUARDED_BY(mu_): payload bytes
+  uint64_t used_bytes_ = 0;      // GUARDED_BY(mu_): sum of sizes_
+  uint64_t reserved_bytes_ = 0;  // GUARDED_BY(mu_): room promised to Writes in flight
+
+  std::atomic<uint64_t> temp_counter_{0};
+  std::atomic<uint64_t> writes_{0}, write_bytes_{0}, write_failures_{0};
+  std::atomic<uint64_t> reads_{0}, read_bytes_{0}, read_misses_{0}, checksum_failures_{0}, evictions_{0};
+};
+
+Status ParallelFsTier::MakeShardDirs(const std::string& hex) const {
+  std::string dir = options_.directory;
+  for (int level = 0; level < options_.shard_levels; ++level) {
+    const std::string parent = dir;
+    dir += '/';
+    dir += hex.substr(2 * static_cast<std::size_t>(level), 2);
+    if (::mkdir(dir.c_str(), 0755) == 0) {
+      if (options_.fsync == FsyncPolicy::kFileAndDir) KVTIER_RETURN_IF_ERROR(SyncDirectory(parent));
+    } else if (errno != EEXIST) {
+      return FsError(dir, "mkdir", errno);
+    }
+  }
+  return Status::Ok();
+}
+
+Status ParallelFsTier::WriteTemp(const std::string& hex, const std::string& temp,
+                                 std::span<const std::byte> payload) const {
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
+  ScopedFd fd(::open(temp.c_str(), kFlags, 0644));
+  if (!fd.valid() && errno == ENOENT) {  // the shard's directories are made on first use
+    KVTIER_RETURN_IF_ERROR(MakeShardDirs(hex));
+    fd = ScopedFd(::open(temp.c_str(), kFlags, 0644));
+  }
+  if (!fd.valid()) return FsError(temp, "open", errno);
+  const Header header = EncodeHeader(payload.size(), PayloadChecksum(payload));
+  Status status = WriteAll(fd.get(), header, temp);
+  if (status.ok()) status = WriteAll(fd.get(), payload, temp);
+  if (status.ok() && options_.fsync != FsyncPolicy::kNever && ::fsync(fd.get()) != 0) {
+    status = FsError(temp, "fsync", errno);
+  }
+  if (!status.ok()) return status;
+  // NFS and Lustre may report a failed write (a full quota) only at close.
+  if (::close(fd.Release()) != 0) return FsError(temp, "close", errno);
+  return Status::Ok();
+}
+
+Status ParallelFsTier::Write(const BlockKey& key, std::span<const std::byte> payload) {
+  const std::string hex = key.ToHex();
+  if (payload.empty()) return FailWrite(Status::InvalidArgument("block " + hex + ": empty payload"));
+  const uint64_t size = payload.size();
+
+  // Reserve room before writing, so concurrent writers cannot overfill the tier together.
+  uint64_t reservation = 0;
+  {
+    std::lock_guard lock(mu_);
+    const auto it = sizes_.find(key);
+    const uint64_t old = it == sizes_.end() ? 0 : it->second;
+    reservation = size > old ? size - old : 0;
+    if (options_.capacity_bytes > 0 && used_bytes_ + reserved_bytes_ + reservation > options_.capacity_bytes) {
+      return FailWrite(Status::ResourceExhausted(
+          "tier '" + options_.name + "' is full: " + std::to_string(used_bytes_ + reserved_bytes_) + " of " +
+          std::to_string(options_.capacity_bytes) + " bytes used, block " + hex + " needs " + std::to_string(size)));
+    }
+    reserved_bytes_ += reservation;
+  }
+
+  const std::string path = BlockPath(hex);
+  const std::string temp = ShardDir(hex) + "/" + hex + "." + std::to_string(::getpid()) + "." +
+                           std::to_string(::gettid()) + "." +
+                           std::to_string(temp_counter_.fetch_add(1, std::memory_order_relaxed)) +
+                           std::string(kTempSuffix);
+  Status status = WriteTemp(hex, temp, payload);
+  if (status.ok()) status = Commit(key, temp, path, size, reservation);
+  if (!status.ok()) {
+    ::unlink(temp.c_str());  // may not exist; the old block, if any, is untouched
+    return FailWrite(std::move(status));
+  }
+  if (options_.fsync == FsyncPolicy::kFileAndDir) {
+    // The rename is durable only once its directory is; the block is already readable.
+    if (Status synced = SyncDirectory(ShardDir(hex)); !synced.ok()) {
+      return FailWrite(synced.WithContext("block " + hex + " is in place but may not survive a power loss"));
+    }
+  }
+  return Status::Ok();
+}
+
+// Renames the temporary over the block and updates the accounting, under the key's lock so
+// that no other Write or Evict of the key interleaves. Releases `reservation` either way.
+Status ParallelFsTier::Commit(const BlockKey& key, const std::string& temp, const std::string& path, uint64_t size,
+                              uint64_t reservation) {
+  std::lock_guard key_lock(KeyLock(key));
+  uint64_t current = 0;
+  {
+    std::lock_guard lock(mu_);
+    const auto it = sizes_.find(key);
+    current = it == sizes_.end() ? 0 : it->second;
+    // The block may have shrunk or gone since the reservation (an Evict): take the extra
+    // room now, while the key's lock keeps `current` fixed.
+    const uint64_t needed = size > current ? size - current : 0;
+    if (needed > reservation) {
+      const uint64_t extra = needed - reservation;
+      if (options_.capacity_bytes > 0 && used_bytes_ + reserved_bytes_ + extra > options_.capacity_bytes) {
+        reserved_bytes_ -= reservation;
+        return Status::ResourceExhausted("tier '" + options_.name + "' is full: block " + key.ToHex() + " needs " +
+                                         std::to_string(size) + " bytes");
+      }
+      reserved_bytes_ += extra;
+      reservation = needed;
+    }
+  }
+  const bool renamed = ::rename(temp.c_str(), path.c_str()) == 0;
+  const int error = errno;
+  std::lock_guard lock(mu_);
+  reserved_bytes_ -= reservation;
+  if (!renamed) return FsError(temp, "rename", error);
+  used_bytes_ = used_bytes_ - current + size;
+  sizes_[key] = size;
+  writes_.fetch_add(1, std::memory_order_relaxed);
+  write_bytes_.fetch_add(size, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+Result<std::size_t> ParallelFsTier::Read(const BlockKey& key, std::span<std::byte> out) {
+  const std::string hex = key.ToHex();
+  const std::string path = BlockPath(hex);
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ENOENT) {
+      read_misses_.fetch_add(1, std::memory_order_relaxed);
+      return Status::NotFound("block " + hex + " is not in tier '" + options_.name + "'");
+    }
+    return FsError(path, "open", errno);
+  }
+  struct stat opened {};
+  if (::fstat(fd.get(), &opened) != 0) return FsError(path, "fstat", errno);
+  Header header{};
+  KVTIER_ASSIGN_OR_RETURN(const std::size_t header_bytes, PreadAll(fd.get(), header, 0, path));
+  Result<DecodedHeader> decoded =
+      DecodeHeader(std::span(header).first(header_bytes), static_cast<uint64_t>(opened.st_size));
+  if (!decoded.ok()) return DropCorrupt(key, path, opened, decoded.status());
+  if (decoded->length > out.size()) {
+    return Status::InvalidArgument("block " + hex + " holds " + std::to_string(decoded->length) +
+                                   " bytes, the buffer only " + std::to_string(out.size()));
+  }
+  const std::span<std::byte> payload = out.first(static_cast<std::size_t>(decoded->length));
+  KVTIER_ASSIGN_OR_RETURN(const std::size_t payload_bytes, PreadAll(fd.get(), payload, kHeaderBytes, path));
+  Status bad;
+  if (payload_bytes != payload.size()) {
+    bad = Status::Corruption("file shrank while read: " + std::to_string(payload_bytes) + " payload bytes");
+  } else if (PayloadChecksum(payload) != decoded->checksum) {
+    bad = Status::Corruption("payload checksum mismatch");
+  }
+  if (!bad.ok()) {
+    std::fill(payload.begin(), payload.end(), std::byte{0});  // hand back no bytes that failed the check
+    return DropCorrupt(key, path, opened, bad);
+  }
+  reads_.fetch_add(1, std::memory_order_relaxed);
+  read_bytes_.fetch_add(payload.size(), std::memory_order_relaxed);
+  return payload.size();
+}
+
+// Deletes a corrupt block -- only if `path` still names the file that was read (`opened`,
+// held open by the caller so its inode cannot be reused): a Write may have replaced it
+// with a good block meanwhile.
+Status ParallelFsTier::DropCorrupt(const BlockKey& key, const std::string& path, const struct stat& opened,
+                                   const Status& why) {
+  checksum_failures_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard key_lock(KeyLock(key));
+    struct stat now {};
+    if (::stat(path.c_str(), &now) == 0 && now.st_dev == opened.st_dev && now.st_ino == opened.st_ino &&
+        ::unlink(path.c_str()) == 0) {
+      std::lock_guard lock(mu_);
+      ForgetLocked(key);
+    }
+  }
+  return Status::Corruption("block " + key.ToHex() + " in tier '" + options_.name + "' (" + path +
+                            "): " + why.message() + "; the block was dropped");
+}
+
+uint64_t ParallelFsTier::ForgetLocked(const BlockKey& key) {
+  const auto it = sizes_.find(key);
+  if (it == sizes_.end()) return 0;
+  const uint64_t size = it->second;
+  used_bytes_ -= size;
+  sizes_.erase(it);
+  return size;
+}
+
+std::optional<std::size_t> ParallelFsTier::Size(const BlockKey& key) const {
+  struct stat info {};
+  if (::stat(BlockPath(key.ToHex()).c_str(), &info) != 0) return std::nullopt;
+  const auto bytes = static_cast<uint64_t>(info.st_size);
+  if (bytes <= kHeaderBytes) return std::nullopt;  // not a whole block; Read will drop it
+  return static_cast<std::size_t>(bytes - kHeaderBytes);
+}
+
+Status ParallelFsTier::Evict(const BlockKey& key) {
+  const std::string hex = key.ToHex();
+  const std::string path = BlockPath(hex);
+  std::lock_guard key_lock(KeyLock(key));
+  if (::unlink(path.c_str()) != 0) {
+    const int error = errno;
+    std::lock_guard lock(mu_);
+    if (error != ENOENT) return FsError(path, "unlink", error);
+    ForgetLocked(key);  // removed behind our back: the directory is the truth
+    return Status::NotFound("block " + hex + " is not in tier '" + options_.name + "'");
+  }
+  std::lock_guard lock(mu_);
+  ForgetLocked(key);
+  evictions_.fetch_add(1, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+TierStats ParallelFsTier::GetStats() const {
+  TierStats stats{.capacity_bytes = options_.capacity_bytes,
+                  .writes = writes_.load(std::memory_order_relaxed),
+                  .write_bytes = write_bytes_.load(std::memory_order_relaxed),
+                  .write_failures = write_failures_.load(std::memory_order_relaxed),
+                  .reads = reads_.load(std::memory_order_relaxed),
+                  .read_bytes = read_bytes_.load(std::memory_order_relaxed),
+                  .read_misses = read_misses_.load(std::memory_order_relaxed),
+                  .checksum_failures = checksum_failures_.load(std::memory_order_relaxed),
+                  .evictions = evictions_.load(std::memory_order_relaxed)};
+  std::lock_guard lock(mu_);
+  stats.used_bytes = used_bytes_;
+  stats.blocks = sizes_.size();
+  return stats;
+}
+
+Status ParallelFsTier::Open() {
+  KVTIER_RETURN_IF_ERROR(ScanDirectory(options_.directory, 0));
+  // Fail now, not at the first Write, on a read-only or full filesystem.
+  const std::string probe = options_.directory + "/.probe." + std::to_string(::getpid()) + std::string(kTempSuffix);
+  ScopedFd fd(::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) return FsError(probe, "open", errno).WithContext("tier directory is not writable");
+  ::unlink(probe.c_str());
+  return fd.Close(probe);
+}
+
+// Walks the shard directories (single-threaded: Open runs before the tier is shared).
+Status ParallelFsTier::ScanDirectory(const std::string& dir, int level) {
+  std::error_code error;
+  std::filesystem::directory_iterator it(dir, error);
+  if (error) return Status::IoError(dir + ": cannot list the tier directory: " + error.message());
+  for (; it != std::filesystem::directory_iterator(); it.increment(error)) {
+    const std::string path = it->path().string();
+    const std::string file_name = it->path().filename().string();
+    if (level < options_.shard_levels) {
+      std::error_code type_error;
+      if (file_name.size() == 2 && it->is_directory(type_error)) KVTIER_RETURN_IF_ERROR(ScanDirectory(path, level + 1));
+    } else if (EndsWith(file_name, kTempSuffix)) {
+      ::unlink(path.c_str());  // a Write that a crash interrupted
+    } else if (EndsWith(file_name, kBlockSuffix)) {
+      AdmitScanned(path, file_name);
+    }
+  }
+  if (error) return Status::IoError(dir + ": cannot list the tier directory: " + error.message());
+  return Status::Ok();
+}
+
+// Counts a block file found at startup, or removes it when its header shows it damaged.
+// Files that are not ours (other names, or a key in the wrong shard) are left alone.
+void ParallelFsTier::AdmitScanned(const std::string& path, std::string_view file_name) {
+  const Result<BlockKey> key = BlockKey::FromHex(file_name.substr(0, file_name.size() - kBlockSuffix.size()));
+  if (!key.ok() || BlockPath(key->ToHex()) != path) return;
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  struct stat info {};
+  if (!fd.valid() || ::fstat(fd.get(), &info) != 0) return;
+  Header header{};
+  const Result<std::size_t> got = PreadAll(fd.get(), header, 0, path);
+  if (!got.ok()) return;
+  const Result<DecodedHeader> decoded = DecodeHeader(std::span(header).first(*got), static_cast<uint64_t>(info.st_size));
+  if (!decoded.ok()) {
+    checksum_failures_.fetch_add(1, std::memory_order_relaxed);
+    ::unlink(path.c_str());
+    return;
+  }
+  std::lock_guard lock(mu_);
+  sizes_[*key] = decoded->length;
+  used_bytes_ += decoded->length;
+}
+
+}  // namespace
+
+Status ParallelFsTierOptions::Validate() const {
+  if (name.empty()) return Status::InvalidArgument("parallel_fs tier: 'name' must not be empty");
+  if (directory.empty()) return Status::InvalidArgument("parallel_fs tier '" + name + "': 'directory' is required");
+  if (shard_levels < 0 || shard_levels > kMaxShardLevels) {
+    return Status::InvalidArgument("parallel_fs tier '" + name + "': 'shard_levels' must be 0 to " +
+                                   std::to_string(kMaxShardLevels) + ", got " + std::to_string(shard_levels));
+  }
+  if (fsync != FsyncPolicy::kNever && fsync != FsyncPolicy::kFile && fsync != FsyncPolicy::kFileAndDir) {
+    return Status::InvalidArgument("parallel_fs tier '" + name + "': unknown fsync policy " +
+                                   std::to_string(static_cast<int>(fsync)));
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Tier>> NewParallelFsTier(const ParallelFsTierOptions& options) {
+  KVTIER_RETURN_IF_ERROR(options.Validate());
+  std::error_code error;
+  std::filesystem::create_directories(options.directory, error);
+  if (error) return Status::IoError(options.directory + ": cannot create the tier directory: " + error.message());
+  if (!std::filesystem::is_directory(options.directory, error)) {
+    return Status::IoError(options.directory + ": the tier directory is not a directory");
+  }
+  auto tier = std::make_unique<ParallelFsTier>(options);
+  KVTIER_RETURN_IF_ERROR(tier->Open().WithContext("parallel_fs tier '" + options.name + "'"));
+  return std::unique_ptr<Tier>(std::move(tier));
+}
+
+}  // namespace kvtier
