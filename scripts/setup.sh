@@ -7,6 +7,7 @@ packages=(
   g++ cmake ninja-build pkg-config python3
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libxxhash-dev libssl-dev libnuma-dev
+  liburing-dev                # io_uring for the NVMe tier
   clang-14 libclang-rt-14-dev   # libFuzzer for the fuzz preset
 )
 

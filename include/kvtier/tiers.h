@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kvtier/tier.h"
 
@@ -57,5 +58,33 @@ struct ParallelFsTierOptions {
   Status Validate() const;
 };
 Result<std::unique_ptr<Tier>> NewParallelFsTier(const ParallelFsTierOptions& options);
+
+// T3: NVMe. One or more large files (or raw block devices) opened with O_DIRECT and
+// preallocated to the capacity, split evenly between them; space is managed as 4 KiB-aligned
+// slots in size classes (like the DRAM tier's slabs, but of file offsets). Each block is one
+// slot holding a 4 KiB header (magic, version, key, payload length, xxh3-64 checksum) and its
+// payload, padded to 4 KiB; the header is verified on every read. I/O goes through io_uring:
+// WriteBatch and ReadBatch put every block of a batch in flight at once, up to queue_depth
+// per ring, spread over the files. A replacing Write goes to a new slot and switches the
+// index only once the write completed, so a failed Write leaves the old block readable.
+// Where O_DIRECT is refused (tmpfs, some overlay filesystems) the files are used buffered;
+// where io_uring is refused (seccomp, io_uring_disabled) I/O falls back to pread/pwrite.
+// The index is in memory only: after a restart the tier starts empty (rebuilding the index
+// by scanning the slot headers is future work). GPUDirect Storage (cuFile) is detected at run
+// time but not used yet.
+struct NvmeTierOptions {
+  std::string name = "nvme";       // Default: "nvme"
+  std::vector<std::string> files;  // Required: one or more large files (created if absent) or block devices
+  uint64_t capacity_bytes = 0;     // Required: total across files (> 0), split evenly between them
+  // Default: 0, size classes as the DRAM tier has them (header + payload rounded up to
+  // 4 KiB); or a fixed slot size (a multiple of 4 KiB, at least 8 KiB) for every block.
+  uint32_t slot_bytes = 0;
+  int queue_depth = 32;            // Default: 32 requests in flight per ring (1 to 4096)
+  // Default: true; falls back to pread/pwrite when io_uring is refused (e.g. seccomp).
+  bool use_io_uring = true;
+
+  Status Validate() const;
+};
+Result<std::unique_ptr<Tier>> NewNvmeTier(const NvmeTierOptions& options);
 
 }  // namespace kvtier

@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "dedup_benchmark.h"
 #include "index_benchmark.h"
+#include "tier_benchmark.h"
 
 namespace kvtier::cli {
 
@@ -23,6 +24,23 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
     Result<std::string> result = bench::RunIndexBenchmark(*options);
     if (!result.ok()) {
       std::cerr << "kvtier bench index: error: " << result.status().message() << "\n";
+      exit_code = kExitError;
+      return;
+    }
+    std::cout << *result;
+  });
+
+  auto tier_options = std::make_shared<bench::TierBenchmarkOptions>();
+  CLI::App* tiers = bench->add_subcommand("tiers", "Each tier vs memcpy / plain file I/O, per block size");
+  tiers->add_option("--config", tier_options->config_path, "Tier YAML (default: DRAM, CXL on /dev/shm, NVMe file, directory)");
+  tiers->add_option("--scratch-dir", tier_options->scratch_dir, "Where the default tiers put their files")->capture_default_str();
+  tiers->add_option("--block-bytes", tier_options->block_bytes, "Block sizes")->capture_default_str();
+  tiers->add_option("--bytes-per-size", tier_options->bytes_per_size, "Bytes written and read per block size")->capture_default_str();
+  tiers->add_flag("--json", tier_options->json_flag, "Print JSON (the only format)");
+  tiers->callback([tier_options, &exit_code]() {
+    Result<std::string> result = bench::RunTierBenchmark(*tier_options);
+    if (!result.ok()) {
+      std::cerr << "kvtier bench tiers: error: " << result.status().message() << "\n";
       exit_code = kExitError;
       return;
     }

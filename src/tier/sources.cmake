@@ -1,5 +1,5 @@
 # The tiers (tier.h, tiers.h) and their test decorators.
-kvtier_add_sources(tier/tier.cc tier/slab_allocator.cc tier/dram_tier.cc)
-kvtier_add_tests(tier/dram_tier_test.cc testing/faulty_tier_test.cc)
+kvtier_add_sources(tier/tier.cc tier/slab_allocator.cc tier/dram_tier.cc tier/tier_config.cc)
+kvtier_add_tests(tier/dram_tier_test.cc tier/tier_config_test.cc testing/faulty_tier_test.cc)
 include(tier/parallel_fs_sources.cmake OPTIONAL)
 include(tier/nvme_sources.cmake OPTIONAL)

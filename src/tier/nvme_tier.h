@@ -1,0 +1,120 @@
+// T3 NVMe tier (see NvmeTierOptions in tiers.h): block slots in large files or block
+// devices, read and written in batches through io_uring. Made by NewNvmeTier; this header
+// exposes the class for its tests and for callers that want to know how it runs
+// (dynamic_cast a Tier* to NvmeTier*).
+//
+// On disk, per block: one slot of FileSlotAllocator (file_slot_allocator.h) holding
+//   [header, 4096 bytes][payload][zeros up to a 4 KiB multiple]
+// The header (little-endian; on disk: do not reorder or renumber):
+//   0  u64 magic "KVTNVME1"     8 u32 version (1)      12 u32 header bytes (4096)
+//   16 u64 key.hi              24 u64 key.lo          32 u64 payload bytes
+//   40 u64 payload xxh3-64     48 u64 generation (the write's number in this process)
+//   56 u64 xxh3-64 of bytes 0..55; zeros to 4096
+// Every read checks the header against the index entry it was issued for and the payload
+// against its checksum. The index (key -> file, offset, size, checksum, generation) lives
+// in memory only: after a restart the tier starts empty; rebuilding it by scanning the slot
+// headers (the highest generation of a key wins, within one run) is future work, and would
+// need the generation to persist across runs.
+//
+// GPUDirect Storage: gds_available() reports whether libcufile.so can be loaded. cuFile
+// I/O (DMA between the files and GPU memory, skipping the bounce through host buffers) is
+// not implemented yet; the tier always moves bytes through host memory.
+//
+// Locking: `mutex_` guards the index and the byte/block counts that go with it; the slot
+// allocator and the I/O engine lock internally. I/O never runs under `mutex_`: a batch looks
+// up (reads) or allocates (writes) its slots, runs all of its I/O together, then takes
+// `mutex_` once more to publish (writes) or to decide what a failed check means (reads).
+// Lock order: mutex_, then the allocator's mutex (slots are freed under mutex_).
+// A Write never overwrites a slot the index points to: it fills a new slot and switches the
+// entry after the write completed, then frees the old slot. A Read racing with that free
+// and a reuse of the slot sees a header that does not match its entry; the entry has then
+// changed, so the Read retries against the new entry (a few times, then reports a miss)
+// rather than reporting Corruption. Only a mismatch under an unchanged entry is Corruption.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kvtier/tiers.h"
+#include "tier/file_slot_allocator.h"
+#include "tier/nvme_io.h"
+
+namespace kvtier {
+
+class NvmeTier final : public Tier {
+ public:
+  static constexpr uint64_t kHeaderBytes = 4096;
+
+  static Result<std::unique_ptr<NvmeTier>> Open(const NvmeTierOptions& options);
+  ~NvmeTier() override;
+  NvmeTier(const NvmeTier&) = delete;
+  NvmeTier& operator=(const NvmeTier&) = delete;
+
+  TierKind kind() const override { return TierKind::kNvme; }
+  const std::string& name() const override { return options_.name; }
+  Status Write(const BlockKey& key, std::span<const std::byte> payload) override;
+  Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override;
+  std::optional<std::size_t> Size(const BlockKey& key) const override;
+  Status Evict(const BlockKey& key) override;
+  TierStats GetStats() const override;
+  std::vector<Status> WriteBatch(std::span<const WriteOp> ops) override;
+  std::vector<Result<std::size_t>> ReadBatch(std::span<const ReadOp> ops) override;
+
+  // True when every file was opened with O_DIRECT (false: some filesystem refused it, as
+  // tmpfs does, and the files go through the page cache).
+  bool direct_io() const { return direct_io_; }
+  // "io_uring", or "pread" when disabled or refused (io_fallback_reason() says why).
+  std::string_view io_engine() const { return io_->name(); }
+  const std::string& io_fallback_reason() const { return io_fallback_reason_; }
+  // Whether libcufile.so (GPUDirect Storage) can be loaded here. Not used for I/O yet.
+  static bool gds_available();
+
+  // Test seams.
+  struct Location {
+    std::string path;
+    uint64_t offset = 0;  // of the header; the payload follows kHeaderBytes later
+    uint64_t slot_bytes = 0;
+  };
+  std::optional<Location> LocationForTesting(const BlockKey& key) const;
+  // Swaps the I/O engine (to inject faults); returns the old one. Not while I/O runs.
+  std::unique_ptr<BlockIo> ReplaceIoForTesting(std::unique_ptr<BlockIo> io);
+
+ private:
+  struct Entry {
+    FileSlot slot;
+    uint64_t slot_bytes = 0;
+    uint64_t size = 0;  // payload bytes
+    uint64_t checksum = 0;
+    uint64_t generation = 0;
+  };
+
+  NvmeTier(NvmeTierOptions options, std::vector<int> fds, bool direct_io, uint64_t file_bytes);
+  uint64_t SlotBytesFor(uint64_t payload_bytes) const;
+  void DropLocked(std::unordered_map<BlockKey, Entry, BlockKeyHash>::iterator it);
+  Status WriteFailed(Status status) {
+    write_failures_.fetch_add(1, std::memory_order_relaxed);
+    return status;
+  }
+
+  const NvmeTierOptions options_;
+  const std::vector<int> fds_;  // owned; closed after io_ is gone
+  const bool direct_io_;
+  FileSlotAllocator slots_;
+  std::unique_ptr<BlockIo> io_;
+  std::string io_fallback_reason_;
+  std::atomic<uint64_t> next_generation_{1};
+
+  mutable std::mutex mutex_;
+  std::unordered_map<BlockKey, Entry, BlockKeyHash> index_;  // GUARDED_BY(mutex_)
+  uint64_t used_bytes_ = 0;                                  // GUARDED_BY(mutex_)
+
+  std::atomic<uint64_t> writes_{0}, write_bytes_{0}, write_failures_{0}, reads_{0}, read_bytes_{0}, read_misses_{0},
+      checksum_failures_{0}, evictions_{0};
+};
+
+}  // namespace kvtier

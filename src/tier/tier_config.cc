@@ -1,0 +1,272 @@
+#include "kvtier/tier_config.h"
+
+#include <filesystem>
+#include <set>
+
+#include <yaml-cpp/yaml.h>
+
+#include "kvtier/capacity_plan.h"
+#include "util/json_document.h"
+
+namespace kvtier {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Reads one tier's YAML map, rejecting keys its kind does not know.
+class TierNode {
+ public:
+  TierNode(const YAML::Node& node, std::string where) : node_(node), where_(std::move(where)) {}
+
+  Status CheckKeys(const std::set<std::string>& allowed) const {
+    for (const auto& entry : node_) {
+      const std::string key = entry.first.as<std::string>();
+      if (!allowed.count(key)) {
+        std::string known;
+        for (const std::string& k : allowed) known += (known.empty() ? "" : ", ") + k;
+        return Status::InvalidArgument(where_ + ": unknown key '" + key + "' (known here: " + known + ")");
+      }
+    }
+    return Status::Ok();
+  }
+  bool Has(const char* key) const { return static_cast<bool>(node_[key]); }
+
+  Result<std::string> String(const char* key) const {
+    if (!node_[key] || !node_[key].IsScalar()) return Status::InvalidArgument(where_ + ": '" + key + "' must be a string");
+    return node_[key].as<std::string>();
+  }
+  Result<uint64_t> Bytes(const char* key) const {
+    KVTIER_ASSIGN_OR_RETURN(std::string text, String(key));
+    Result<uint64_t> bytes = ParseByteSize(text);
+    if (!bytes.ok()) return bytes.status().WithContext(where_ + "." + key);
+    return *bytes;
+  }
+  Result<int64_t> Int(const char* key, int64_t min, int64_t max) const {
+    KVTIER_ASSIGN_OR_RETURN(std::string text, String(key));
+    try {
+      std::size_t used = 0;
+      const long long value = std::stoll(text, &used);
+      if (used == text.size() && value >= min && value <= max) return static_cast<int64_t>(value);
+    } catch (const std::exception&) {
+    }
+    return Status::InvalidArgument(where_ + ": '" + key + "' must be an integer from " + std::to_string(min) + " to " +
+                                   std::to_string(max) + ", got '" + text + "'");
+  }
+  // An int-typed option; the bounds keep it in range.
+  Result<int> SmallInt(const char* key, int min, int max) const {
+    KVTIER_ASSIGN_OR_RETURN(int64_t value, Int(key, min, max));
+    return static_cast<int>(value);
+  }
+  Result<bool> Bool(const char* key) const {
+    KVTIER_ASSIGN_OR_RETURN(std::string text, String(key));
+    if (text == "true") return true;
+    if (text == "false") return false;
+    return Status::InvalidArgument(where_ + ": '" + key + "' must be true or false, got '" + text + "'");
+  }
+  Result<std::vector<std::string>> Strings(const char* key) const {
+    if (!node_[key] || !node_[key].IsSequence() || node_[key].size() == 0) {
+      return Status::InvalidArgument(where_ + ": '" + key + "' must be a non-empty list");
+    }
+    std::vector<std::string> out;
+    for (const auto& item : node_[key]) {
+      if (!item.IsScalar()) return Status::InvalidArgument(where_ + ": '" + key + "' must hold strings");
+      out.push_back(item.as<std::string>());
+    }
+    return out;
+  }
+  const std::string& where() const { return where_; }
+
+ private:
+  const YAML::Node& node_;
+  std::string where_;
+};
+
+std::string Resolve(const std::string& data_dir, const std::string& path) {
+  return fs::path(path).is_absolute() ? path : (fs::path(data_dir) / path).string();
+}
+
+Result<TierOptions> ParseTier(const TierNode& t, const std::string& kind, const std::string& data_dir) {
+  if (kind == "cpu_dram") {
+    KVTIER_RETURN_IF_ERROR(t.CheckKeys({"kind", "name", "capacity", "numa_node", "lock_memory", "huge_pages", "shards"}));
+    DramTierOptions o;
+    if (t.Has("name")) {
+      KVTIER_ASSIGN_OR_RETURN(o.name, t.String("name"));
+    }
+    KVTIER_ASSIGN_OR_RETURN(o.capacity_bytes, t.Bytes("capacity"));
+    if (t.Has("numa_node")) {
+      KVTIER_ASSIGN_OR_RETURN(o.numa_node, t.SmallInt("numa_node", -1, 4095));
+    }
+    if (t.Has("lock_memory")) {
+      KVTIER_ASSIGN_OR_RETURN(o.lock_memory, t.Bool("lock_memory"));
+    }
+    if (t.Has("huge_pages")) {
+      KVTIER_ASSIGN_OR_RETURN(o.huge_pages, t.Bool("huge_pages"));
+    }
+    if (t.Has("shards")) {
+      KVTIER_ASSIGN_OR_RETURN(o.shards, t.SmallInt("shards", 1, 4096));
+    }
+    return TierOptions(o);
+  }
+  if (kind == "cxl_memory") {
+    KVTIER_RETURN_IF_ERROR(t.CheckKeys({"kind", "name", "capacity", "path", "numa_node", "shards"}));
+    CxlTierOptions o;
+    if (t.Has("name")) {
+      KVTIER_ASSIGN_OR_RETURN(o.name, t.String("name"));
+    }
+    KVTIER_ASSIGN_OR_RETURN(o.capacity_bytes, t.Bytes("capacity"));
+    KVTIER_ASSIGN_OR_RETURN(std::string path, t.String("path"));
+    o.path = Resolve(data_dir, path);
+    if (t.Has("numa_node")) {
+      KVTIER_ASSIGN_OR_RETURN(o.numa_node, t.SmallInt("numa_node", -1, 4095));
+    }
+    if (t.Has("shards")) {
+      KVTIER_ASSIGN_OR_RETURN(o.shards, t.SmallInt("shards", 1, 4096));
+    }
+    return TierOptions(o);
+  }
+  if (kind == "nvme") {
+    KVTIER_RETURN_IF_ERROR(t.CheckKeys({"kind", "name", "capacity", "files", "slot_bytes", "queue_depth", "io_uring"}));
+    NvmeTierOptions o;
+    if (t.Has("name")) {
+      KVTIER_ASSIGN_OR_RETURN(o.name, t.String("name"));
+    }
+    KVTIER_ASSIGN_OR_RETURN(o.capacity_bytes, t.Bytes("capacity"));
+    KVTIER_ASSIGN_OR_RETURN(std::vector<std::string> files, t.Strings("files"));
+    for (const std::string& file : files) o.files.push_back(Resolve(data_dir, file));
+    if (t.Has("slot_bytes")) {
+      KVTIER_ASSIGN_OR_RETURN(uint64_t slot, t.Bytes("slot_bytes"));
+      if (slot > (uint64_t{1} << 31)) return Status::InvalidArgument(t.where() + ": slot_bytes above 2 GiB");
+      o.slot_bytes = static_cast<uint32_t>(slot);
+    }
+    if (t.Has("queue_depth")) {
+      KVTIER_ASSIGN_OR_RETURN(o.queue_depth, t.SmallInt("queue_depth", 1, 4096));
+    }
+    if (t.Has("io_uring")) {
+      KVTIER_ASSIGN_OR_RETURN(o.use_io_uring, t.Bool("io_uring"));
+    }
+    return TierOptions(o);
+  }
+  if (kind == "parallel_fs") {
+    KVTIER_RETURN_IF_ERROR(t.CheckKeys({"kind", "name", "capacity", "directory", "shard_levels", "fsync"}));
+    ParallelFsTierOptions o;
+    if (t.Has("name")) {
+      KVTIER_ASSIGN_OR_RETURN(o.name, t.String("name"));
+    }
+    if (t.Has("capacity")) {
+      KVTIER_ASSIGN_OR_RETURN(o.capacity_bytes, t.Bytes("capacity"));
+    }
+    KVTIER_ASSIGN_OR_RETURN(std::string directory, t.String("directory"));
+    o.directory = Resolve(data_dir, directory);
+    if (t.Has("shard_levels")) {
+      KVTIER_ASSIGN_OR_RETURN(o.shard_levels, t.SmallInt("shard_levels", 0, 4));
+    }
+    if (t.Has("fsync")) {
+      KVTIER_ASSIGN_OR_RETURN(std::string policy, t.String("fsync"));
+      if (policy == "never") {
+        o.fsync = FsyncPolicy::kNever;
+      } else if (policy == "file") {
+        o.fsync = FsyncPolicy::kFile;
+      } else if (policy == "file_and_dir") {
+        o.fsync = FsyncPolicy::kFileAndDir;
+      } else {
+        return Status::InvalidArgument(t.where() + ": fsync must be never, file or file_and_dir, got '" + policy + "'");
+      }
+    }
+    return TierOptions(o);
+  }
+  if (kind == "gpu_hbm" || kind == "remote_pool") {
+    return Status::Unsupported(t.where() + ": the " + kind + " tier is not available in this build yet");
+  }
+  return Status::InvalidArgument(t.where() + ": unknown kind '" + kind +
+                                 "' (expected gpu_hbm, cpu_dram, cxl_memory, nvme, remote_pool or parallel_fs)");
+}
+
+Status Validate(const TierOptions& options) {
+  return std::visit([](const auto& o) { return o.Validate(); }, options);
+}
+
+}  // namespace
+
+Result<TierConfig> ParseTierConfig(const std::string& yaml_text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(source + ": not valid YAML (" + e.what() + ")");
+  }
+  if (!root.IsMap()) return Status::InvalidArgument(source + ": expected a map with 'tiers:'");
+  TierConfig config;
+  try {
+    for (const auto& entry : root) {
+      const std::string key = entry.first.as<std::string>();
+      if (key != "data_dir" && key != "tiers") return Status::InvalidArgument(source + ": unknown key '" + key + "' (known: data_dir, tiers)");
+    }
+    if (root["data_dir"]) config.data_dir = root["data_dir"].as<std::string>();
+    if (!root["tiers"] || !root["tiers"].IsSequence() || root["tiers"].size() == 0) {
+      return Status::InvalidArgument(source + ": 'tiers' must be a non-empty list");
+    }
+    std::size_t index = 0;
+    for (const YAML::Node& node : root["tiers"]) {
+      const std::string where = source + ": tiers[" + std::to_string(index++) + "]";
+      if (!node.IsMap() || !node["kind"] || !node["kind"].IsScalar()) return Status::InvalidArgument(where + " needs a 'kind'");
+      TierNode tier(node, where);
+      KVTIER_ASSIGN_OR_RETURN(TierOptions options, ParseTier(tier, node["kind"].as<std::string>(), config.data_dir));
+      Status valid = Validate(options);
+      if (!valid.ok()) return valid.WithContext(where);
+      config.tiers.push_back(std::move(options));
+    }
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(source + ": unexpected YAML shape (" + e.what() + ")");
+  }
+  return config;
+}
+
+Result<TierConfig> LoadTierConfig(const std::string& path) {
+  KVTIER_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  return ParseTierConfig(text, path);
+}
+
+TierConfig DefaultTierConfig(const std::string& data_dir) {
+  TierConfig config;
+  config.data_dir = data_dir;
+  config.tiers.push_back(DramTierOptions{.capacity_bytes = uint64_t{4} << 30});
+  NvmeTierOptions nvme;
+  nvme.files = {(fs::path(data_dir) / "nvme" / "slab.0").string()};
+  nvme.capacity_bytes = uint64_t{16} << 30;
+  config.tiers.push_back(nvme);
+  return config;
+}
+
+Result<std::vector<std::unique_ptr<Tier>>> OpenTiers(const TierConfig& config) {
+  std::vector<std::unique_ptr<Tier>> tiers;
+  std::error_code ec;
+  fs::create_directories(config.data_dir, ec);
+  if (ec) return Status::IoError(config.data_dir + ": cannot create the data directory (" + ec.message() + ")");
+  auto make_parent = [](const std::string& path) -> Status {
+    std::error_code error;
+    const fs::path parent = fs::path(path).parent_path();
+    if (!parent.empty()) fs::create_directories(parent, error);
+    if (error) return Status::IoError(parent.string() + ": cannot create (" + error.message() + ")");
+    return Status::Ok();
+  };
+  for (std::size_t i = 0; i < config.tiers.size(); ++i) {
+    const TierOptions& options = config.tiers[i];
+    Result<std::unique_ptr<Tier>> tier = Status::Internal("unhandled tier kind");
+    if (const auto* dram = std::get_if<DramTierOptions>(&options)) {
+      tier = NewDramTier(*dram);
+    } else if (const auto* cxl = std::get_if<CxlTierOptions>(&options)) {
+      KVTIER_RETURN_IF_ERROR(make_parent(cxl->path));
+      tier = NewCxlTier(*cxl);
+    } else if (const auto* nvme = std::get_if<NvmeTierOptions>(&options)) {
+      for (const std::string& file : nvme->files) KVTIER_RETURN_IF_ERROR(make_parent(file));
+      tier = NewNvmeTier(*nvme);
+    } else if (const auto* pfs = std::get_if<ParallelFsTierOptions>(&options)) {
+      tier = NewParallelFsTier(*pfs);
+    }
+    if (!tier.ok()) return tier.status().WithContext("tier " + std::to_string(i));
+    tiers.push_back(std::move(*tier));
+  }
+  return tiers;
+}
+
+}  // namespace kvtier
