@@ -158,6 +158,11 @@ std::vector<ExtraKey> BlockExtraKeys(const RequestExtras& extras, int64_t block_
 // A payload checksum (xxh3-64), verified whenever a payload crosses a tier boundary.
 uint64_t PayloadChecksum(std::span<const std::byte> payload);
 
+// Copies `src` into `dst` (at least as large) and returns PayloadChecksum(src), in one pass:
+// each cache-sized chunk is hashed right after it is copied, while it is still in cache,
+// instead of reading the payload from memory a second time.
+uint64_t CopyWithChecksum(std::span<std::byte> dst, std::span<const std::byte> src);
+
 // Digests of arbitrary bytes: the one implementation of each, used for block keys and for
 // the content addresses of payloads.
 BlockDigest Xxh3_128Digest(const void* data, std::size_t size);  // 16 bytes, canonical (big-endian)

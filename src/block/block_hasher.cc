@@ -1,5 +1,10 @@
 #include <openssl/evp.h>
+// For XXH3_state_t on the stack (libxxhash's documented way; the library ships with the header).
+#define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
 
 #include "block/cbor_writer.h"
 #include "kvtier/block.h"
@@ -234,6 +239,18 @@ uint64_t BlockHasher::TokenFingerprint(std::span<const TokenId> tokens) {
 
 uint64_t PayloadChecksum(std::span<const std::byte> payload) {
   return XXH3_64bits(payload.data(), payload.size());
+}
+
+uint64_t CopyWithChecksum(std::span<std::byte> dst, std::span<const std::byte> src) {
+  constexpr std::size_t kChunk = 32 * 1024;  // fits L1/L2 with room to spare
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  for (std::size_t offset = 0; offset < src.size(); offset += kChunk) {
+    const std::size_t n = std::min(kChunk, src.size() - offset);
+    std::memcpy(dst.data() + offset, src.data() + offset, n);
+    XXH3_64bits_update(&state, dst.data() + offset, n);
+  }
+  return XXH3_64bits_digest(&state);
 }
 
 }  // namespace kvtier

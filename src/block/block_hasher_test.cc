@@ -208,6 +208,17 @@ TEST(BlockHasher, OptionsAreValidated) {
   EXPECT_EQ(*ParseBlockHashAlgorithm("sha256_cbor"), BlockHashAlgorithm::kVllmSha256Cbor);
 }
 
+TEST(PayloadChecksum, CopyWithChecksumEqualsCopyThenChecksum) {
+  for (std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{4095}, std::size_t{32768}, std::size_t{100001},
+                           std::size_t{1} << 20}) {
+    std::vector<std::byte> src(size);
+    for (std::size_t i = 0; i < size; ++i) src[i] = static_cast<std::byte>((i * 7919) >> 3);
+    std::vector<std::byte> dst(size + 8, std::byte{0});
+    EXPECT_EQ(CopyWithChecksum(dst, src), PayloadChecksum(src)) << size;
+    EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin())) << size;
+  }
+}
+
 TEST(PayloadChecksum, DetectsAFlippedBit) {
   std::vector<std::byte> payload(4096, std::byte{7});
   const uint64_t before = PayloadChecksum(payload);

@@ -34,8 +34,8 @@ class MemoryTier final : public Tier {
                                             "-byte block (capacity " + std::to_string(slabs_->region_bytes()) +
                                             " bytes); evict blocks first"));
     }
-    std::memcpy(slot, payload.data(), payload.size());
-    const Entry entry{slot, payload.size(), PayloadChecksum(payload)};
+    const uint64_t checksum = CopyWithChecksum(std::span(slot, payload.size()), payload);
+    const Entry entry{slot, payload.size(), checksum};
     Shard& shard = ShardFor(key);
     {
       std::unique_lock lock(shard.mutex);
@@ -68,8 +68,7 @@ class MemoryTier final : public Tier {
         return Status::InvalidArgument(name() + ": a buffer of " + std::to_string(out.size()) + " bytes cannot hold block " +
                                        key.ToHex() + " of " + std::to_string(entry.size));
       }
-      std::memcpy(out.data(), entry.slot, entry.size);
-      if (PayloadChecksum(out.first(entry.size)) == entry.checksum) {
+      if (CopyWithChecksum(out, std::span<const std::byte>(entry.slot, entry.size)) == entry.checksum) {
         reads_.fetch_add(1, std::memory_order_relaxed);
         read_bytes_.fetch_add(entry.size, std::memory_order_relaxed);
         return entry.size;
