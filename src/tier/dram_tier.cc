@@ -14,6 +14,7 @@
 #include "kvtier/tiers.h"
 #include "tier/dram_tier.h"
 #include "tier/slab_allocator.h"
+#include "tier/tier_counters.h"
 
 namespace kvtier {
 namespace {
@@ -49,8 +50,8 @@ class MemoryTier final : public Tier {
       }
       used_bytes_ += entry.size;
     }
-    writes_.fetch_add(1, std::memory_order_relaxed);
-    write_bytes_.fetch_add(payload.size(), std::memory_order_relaxed);
+    counters_.writes.fetch_add(1, std::memory_order_relaxed);
+    counters_.write_bytes.fetch_add(payload.size(), std::memory_order_relaxed);
     return Status::Ok();
   }
 
@@ -60,7 +61,7 @@ class MemoryTier final : public Tier {
       std::shared_lock lock(shard.mutex);
       auto it = shard.blocks.find(key);
       if (it == shard.blocks.end()) {
-        read_misses_.fetch_add(1, std::memory_order_relaxed);
+        counters_.read_misses.fetch_add(1, std::memory_order_relaxed);
         return Status::NotFound(name() + ": block " + key.ToHex() + " is not here");
       }
       const Entry& entry = it->second;
@@ -69,13 +70,13 @@ class MemoryTier final : public Tier {
                                        key.ToHex() + " of " + std::to_string(entry.size));
       }
       if (CopyWithChecksum(out, std::span<const std::byte>(entry.slot, entry.size)) == entry.checksum) {
-        reads_.fetch_add(1, std::memory_order_relaxed);
-        read_bytes_.fetch_add(entry.size, std::memory_order_relaxed);
+        counters_.reads.fetch_add(1, std::memory_order_relaxed);
+        counters_.read_bytes.fetch_add(entry.size, std::memory_order_relaxed);
         return entry.size;
       }
     }
     // The stored bytes changed under us (a memory fault or a stray write): never return them.
-    checksum_failures_.fetch_add(1, std::memory_order_relaxed);
+    counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);
     (void)Evict(key);
     return Status::Corruption(name() + ": block " + key.ToHex() + " failed its checksum and was dropped");
   }
@@ -97,7 +98,7 @@ class MemoryTier final : public Tier {
     slabs_->Free(it->second.slot, it->second.size);
     shard.blocks.erase(it);
     blocks_.fetch_sub(1, std::memory_order_relaxed);
-    evictions_.fetch_add(1, std::memory_order_relaxed);
+    counters_.evictions.fetch_add(1, std::memory_order_relaxed);
     return Status::Ok();
   }
 
@@ -106,14 +107,7 @@ class MemoryTier final : public Tier {
     s.capacity_bytes = slabs_->region_bytes();
     s.used_bytes = used_bytes_.load(std::memory_order_relaxed);
     s.blocks = blocks_.load(std::memory_order_relaxed);
-    s.writes = writes_.load(std::memory_order_relaxed);
-    s.write_bytes = write_bytes_.load(std::memory_order_relaxed);
-    s.write_failures = write_failures_.load(std::memory_order_relaxed);
-    s.reads = reads_.load(std::memory_order_relaxed);
-    s.read_bytes = read_bytes_.load(std::memory_order_relaxed);
-    s.read_misses = read_misses_.load(std::memory_order_relaxed);
-    s.checksum_failures = checksum_failures_.load(std::memory_order_relaxed);
-    s.evictions = evictions_.load(std::memory_order_relaxed);
+    counters_.Fill(s);
     return s;
   }
 
@@ -140,7 +134,7 @@ class MemoryTier final : public Tier {
   Shard& ShardFor(const BlockKey& key) { return shards_[BlockKeyHash{}(key) % shards_.size()]; }
   const Shard& ShardFor(const BlockKey& key) const { return shards_[BlockKeyHash{}(key) % shards_.size()]; }
   Status Fail(Status status) {
-    write_failures_.fetch_add(1, std::memory_order_relaxed);
+    counters_.write_failures.fetch_add(1, std::memory_order_relaxed);
     return status;
   }
 
@@ -148,8 +142,8 @@ class MemoryTier final : public Tier {
   const std::string name_;
   const std::unique_ptr<SlabAllocator> slabs_;
   std::vector<Shard> shards_;
-  std::atomic<uint64_t> used_bytes_{0}, blocks_{0}, writes_{0}, write_bytes_{0}, write_failures_{0}, reads_{0},
-      read_bytes_{0}, read_misses_{0}, checksum_failures_{0}, evictions_{0};
+  std::atomic<uint64_t> used_bytes_{0}, blocks_{0};
+  TierCounters counters_;
 };
 
 }  // namespace

@@ -312,8 +312,8 @@ std::vector<Status> NvmeTier::WriteBatch(std::span<const WriteOp> ops) {
       it->second = p.entry;
     }
     used_bytes_ += p.entry.size;
-    writes_.fetch_add(1, std::memory_order_relaxed);
-    write_bytes_.fetch_add(p.entry.size, std::memory_order_relaxed);
+    counters_.writes.fetch_add(1, std::memory_order_relaxed);
+    counters_.write_bytes.fetch_add(p.entry.size, std::memory_order_relaxed);
   }
   return results;
 }
@@ -321,7 +321,7 @@ std::vector<Status> NvmeTier::WriteBatch(std::span<const WriteOp> ops) {
 std::vector<Result<std::size_t>> NvmeTier::ReadBatch(std::span<const ReadOp> ops) {
   std::vector<Result<std::size_t>> results(ops.size(), Result<std::size_t>(Status::Internal("read not run")));
   auto miss = [&](std::size_t i) {
-    read_misses_.fetch_add(1, std::memory_order_relaxed);
+    counters_.read_misses.fetch_add(1, std::memory_order_relaxed);
     results[i] = Status::NotFound(name() + ": block " + ops[i].key.ToHex() + " is not here");
   };
   std::vector<std::size_t> todo(ops.size());
@@ -380,8 +380,8 @@ std::vector<Result<std::size_t>> NvmeTier::ReadBatch(std::span<const ReadOp> ops
       if (header && header->key == op.key && header->size == p.entry.size && header->checksum == p.entry.checksum &&
           header->generation == p.entry.generation && PayloadChecksum(payload) == p.entry.checksum) {
         std::memcpy(op.out.data(), payload.data(), payload.size());
-        reads_.fetch_add(1, std::memory_order_relaxed);
-        read_bytes_.fetch_add(payload.size(), std::memory_order_relaxed);
+        counters_.reads.fetch_add(1, std::memory_order_relaxed);
+        counters_.read_bytes.fetch_add(payload.size(), std::memory_order_relaxed);
         results[p.op] = static_cast<std::size_t>(payload.size());
       } else {
         mismatched.push_back(&p);
@@ -397,7 +397,7 @@ std::vector<Result<std::size_t>> NvmeTier::ReadBatch(std::span<const ReadOp> ops
         continue;
       }
       DropLocked(it);
-      checksum_failures_.fetch_add(1, std::memory_order_relaxed);
+      counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);
       results[p->op] = Status::Corruption(name() + ": block " + key.ToHex() + " in '" + options_.files[p->entry.slot.file] +
                                           "' at offset " + std::to_string(p->entry.slot.offset) +
                                           " failed its header or checksum check and was dropped");
@@ -419,7 +419,7 @@ Status NvmeTier::Evict(const BlockKey& key) {
   auto it = index_.find(key);
   if (it == index_.end()) return Status::NotFound(name() + ": block " + key.ToHex() + " is not here");
   DropLocked(it);
-  evictions_.fetch_add(1, std::memory_order_relaxed);
+  counters_.evictions.fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -431,14 +431,7 @@ TierStats NvmeTier::GetStats() const {
     s.used_bytes = used_bytes_;
     s.blocks = index_.size();
   }
-  s.writes = writes_.load(std::memory_order_relaxed);
-  s.write_bytes = write_bytes_.load(std::memory_order_relaxed);
-  s.write_failures = write_failures_.load(std::memory_order_relaxed);
-  s.reads = reads_.load(std::memory_order_relaxed);
-  s.read_bytes = read_bytes_.load(std::memory_order_relaxed);
-  s.read_misses = read_misses_.load(std::memory_order_relaxed);
-  s.checksum_failures = checksum_failures_.load(std::memory_order_relaxed);
-  s.evictions = evictions_.load(std::memory_order_relaxed);
+  counters_.Fill(s);
   return s;
 }
 

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "kvtier/tiers.h"
+#include "tier/tier_counters.h"
 #include "tier/file_slot_allocator.h"
 #include "tier/nvme_io.h"
 
@@ -97,7 +98,7 @@ class NvmeTier final : public Tier {
   uint64_t SlotBytesFor(uint64_t payload_bytes) const;
   void DropLocked(std::unordered_map<BlockKey, Entry, BlockKeyHash>::iterator it);
   Status WriteFailed(Status status) {
-    write_failures_.fetch_add(1, std::memory_order_relaxed);
+    counters_.write_failures.fetch_add(1, std::memory_order_relaxed);
     return status;
   }
 
@@ -113,8 +114,7 @@ class NvmeTier final : public Tier {
   std::unordered_map<BlockKey, Entry, BlockKeyHash> index_;  // GUARDED_BY(mutex_)
   uint64_t used_bytes_ = 0;                                  // GUARDED_BY(mutex_)
 
-  std::atomic<uint64_t> writes_{0}, write_bytes_{0}, write_failures_{0}, reads_{0}, read_bytes_{0}, read_misses_{0},
-      checksum_failures_{0}, evictions_{0};
+  TierCounters counters_;
 };
 
 }  // namespace kvtier

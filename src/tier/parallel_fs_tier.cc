@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "kvtier/tiers.h"
+#include "tier/tier_counters.h"
 #include "util/posix_file.h"
 
 namespace kvtier {
@@ -163,7 +164,7 @@ class ParallelFsTier final : public Tier {
   void AdmitScanned(const std::string& path, std::string_view file_name);
   uint64_t ForgetLocked(const BlockKey& key);
   Status FailWrite(Status status) {
-    write_failures_.fetch_add(1, std::memory_order_relaxed);
+    counters_.write_failures.fetch_add(1, std::memory_order_relaxed);
     return status;
   }
 
@@ -176,8 +177,7 @@ class ParallelFsTier final : public Tier {
   uint64_t reserved_bytes_ = 0;  // GUARDED_BY(mu_): room promised to Writes in flight
 
   std::atomic<uint64_t> temp_counter_{0};
-  std::atomic<uint64_t> writes_{0}, write_bytes_{0}, write_failures_{0};
-  std::atomic<uint64_t> reads_{0}, read_bytes_{0}, read_misses_{0}, checksum_failures_{0}, evictions_{0};
+  TierCounters counters_;
 };
 
 Status ParallelFsTier::MakeShardDirs(const std::string& hex) const {
@@ -287,8 +287,8 @@ Status ParallelFsTier::Commit(const BlockKey& key, const std::string& temp, cons
   if (!renamed) return FsError(temp, "rename", error);
   used_bytes_ = used_bytes_ - current + size;
   sizes_[key] = size;
-  writes_.fetch_add(1, std::memory_order_relaxed);
-  write_bytes_.fetch_add(size, std::memory_order_relaxed);
+  counters_.writes.fetch_add(1, std::memory_order_relaxed);
+  counters_.write_bytes.fetch_add(size, std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -298,7 +298,7 @@ Result<std::size_t> ParallelFsTier::Read(const BlockKey& key, std::span<std::byt
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) {
     if (errno == ENOENT) {
-      read_misses_.fetch_add(1, std::memory_order_relaxed);
+      counters_.read_misses.fetch_add(1, std::memory_order_relaxed);
       return Status::NotFound("block " + hex + " is not in tier '" + options_.name + "'");
     }
     return FsError(path, "open", errno);
@@ -326,8 +326,8 @@ Result<std::size_t> ParallelFsTier::Read(const BlockKey& key, std::span<std::byt
     std::fill(payload.begin(), payload.end(), std::byte{0});  // hand back no bytes that failed the check
     return DropCorrupt(key, path, opened, bad);
   }
-  reads_.fetch_add(1, std::memory_order_relaxed);
-  read_bytes_.fetch_add(payload.size(), std::memory_order_relaxed);
+  counters_.reads.fetch_add(1, std::memory_order_relaxed);
+  counters_.read_bytes.fetch_add(payload.size(), std::memory_order_relaxed);
   return payload.size();
 }
 
@@ -336,7 +336,7 @@ Result<std::size_t> ParallelFsTier::Read(const BlockKey& key, std::span<std::byt
 // with a good block meanwhile.
 Status ParallelFsTier::DropCorrupt(const BlockKey& key, const std::string& path, const struct stat& opened,
                                    const Status& why) {
-  checksum_failures_.fetch_add(1, std::memory_order_relaxed);
+  counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard key_lock(KeyLock(key));
     struct stat now {};
@@ -380,20 +380,13 @@ Status ParallelFsTier::Evict(const BlockKey& key) {
   }
   std::lock_guard lock(mu_);
   ForgetLocked(key);
-  evictions_.fetch_add(1, std::memory_order_relaxed);
+  counters_.evictions.fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
 }
 
 TierStats ParallelFsTier::GetStats() const {
-  TierStats stats{.capacity_bytes = options_.capacity_bytes,
-                  .writes = writes_.load(std::memory_order_relaxed),
-                  .write_bytes = write_bytes_.load(std::memory_order_relaxed),
-                  .write_failures = write_failures_.load(std::memory_order_relaxed),
-                  .reads = reads_.load(std::memory_order_relaxed),
-                  .read_bytes = read_bytes_.load(std::memory_order_relaxed),
-                  .read_misses = read_misses_.load(std::memory_order_relaxed),
-                  .checksum_failures = checksum_failures_.load(std::memory_order_relaxed),
-                  .evictions = evictions_.load(std::memory_order_relaxed)};
+  TierStats stats{.capacity_bytes = options_.capacity_bytes};
+  counters_.Fill(stats);
   std::lock_guard lock(mu_);
   stats.used_bytes = used_bytes_;
   stats.blocks = sizes_.size();
@@ -444,7 +437,7 @@ void ParallelFsTier::AdmitScanned(const std::string& path, std::string_view file
   if (!got.ok()) return;
   const Result<DecodedHeader> decoded = DecodeHeader(std::span(header).first(*got), static_cast<uint64_t>(info.st_size));
   if (!decoded.ok()) {
-    checksum_failures_.fetch_add(1, std::memory_order_relaxed);
+    counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);
     ::unlink(path.c_str());
     return;
   }
