@@ -8,6 +8,24 @@
 #include "tier_benchmark.h"
 
 namespace kvtier::cli {
+namespace {
+
+// Runs a benchmark when its subcommand is chosen: JSON on stdout, or an error and exit code 1.
+template <typename Options>
+void OnRun(CLI::App* command, std::shared_ptr<Options> options, Result<std::string> (*run)(const Options&),
+           int& exit_code) {
+  command->callback([command, options, run, &exit_code]() {
+    Result<std::string> result = run(*options);
+    if (!result.ok()) {
+      std::cerr << "kvtier bench " << command->get_name() << ": error: " << result.status().message() << "\n";
+      exit_code = kExitError;
+      return;
+    }
+    std::cout << *result;
+  });
+}
+
+}  // namespace
 
 void AddBenchCommand(CLI::App& app, int& exit_code) {
   CLI::App* bench = app.add_subcommand("bench", "Run a benchmark (JSON on stdout)");
@@ -20,15 +38,7 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   index->add_option("--hash-blocks", options->hash_blocks, "Blocks hashed per algorithm")->capture_default_str();
   index->add_option("--seed", options->seed, "Workload seed")->capture_default_str();
   index->add_flag("--json", options->json_flag, "Print JSON (the only format; accepted for symmetry)");
-  index->callback([options, &exit_code]() {
-    Result<std::string> result = bench::RunIndexBenchmark(*options);
-    if (!result.ok()) {
-      std::cerr << "kvtier bench index: error: " << result.status().message() << "\n";
-      exit_code = kExitError;
-      return;
-    }
-    std::cout << *result;
-  });
+  OnRun(index, options, &bench::RunIndexBenchmark, exit_code);
 
   auto tier_options = std::make_shared<bench::TierBenchmarkOptions>();
   CLI::App* tiers = bench->add_subcommand("tiers", "Each tier vs memcpy / plain file I/O, per block size");
@@ -37,15 +47,7 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   tiers->add_option("--block-bytes", tier_options->block_bytes, "Block sizes")->capture_default_str();
   tiers->add_option("--bytes-per-size", tier_options->bytes_per_size, "Bytes written and read per block size")->capture_default_str();
   tiers->add_flag("--json", tier_options->json_flag, "Print JSON (the only format)");
-  tiers->callback([tier_options, &exit_code]() {
-    Result<std::string> result = bench::RunTierBenchmark(*tier_options);
-    if (!result.ok()) {
-      std::cerr << "kvtier bench tiers: error: " << result.status().message() << "\n";
-      exit_code = kExitError;
-      return;
-    }
-    std::cout << *result;
-  });
+  OnRun(tiers, tier_options, &bench::RunTierBenchmark, exit_code);
 
   auto dedup_options = std::make_shared<bench::DedupBenchmarkOptions>();
   CLI::App* dedup = bench->add_subcommand("dedup", "Deduplicated checkpoint of a multi-tenant workload: raw vs written bytes");
@@ -58,15 +60,7 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   dedup->add_option("--user-blocks", dedup_options->user_blocks, "Blocks of each request's own text")->capture_default_str();
   dedup->add_option("--dir", dedup_options->directory, "Checkpoint directory (default: a temporary one)");
   dedup->add_option("--seed", dedup_options->seed, "Workload seed")->capture_default_str();
-  dedup->callback([dedup_options, &exit_code]() {
-    Result<std::string> result = bench::RunDedupBenchmark(*dedup_options);
-    if (!result.ok()) {
-      std::cerr << "kvtier bench dedup: error: " << result.status().message() << "\n";
-      exit_code = kExitError;
-      return;
-    }
-    std::cout << *result;
-  });
+  OnRun(dedup, dedup_options, &bench::RunDedupBenchmark, exit_code);
 }
 
 }  // namespace kvtier::cli
