@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvtier/tier_config.h"
+#include "measure.h"
 
 namespace kvtier::bench {
 namespace {
@@ -23,11 +24,6 @@ double Percentile(std::vector<double> values, double p) {
   std::sort(values.begin(), values.end());
   return values[std::min(values.size() - 1, static_cast<std::size_t>(p * static_cast<double>(values.size())))];
 }
-
-struct Measure {
-  double write_gbps = 0, read_gbps = 0;
-  std::vector<double> latencies_us;  // reads and writes
-};
 
 // 4 KiB-aligned, so that O_DIRECT accepts it.
 struct AlignedBuffer {

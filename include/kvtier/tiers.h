@@ -21,6 +21,9 @@ struct DramTierOptions {
   bool lock_memory = true;        // Default: true (best effort: mlock may be refused)
   bool huge_pages = true;         // Default: true (madvise; best effort)
   int shards = 16;                // Default: 16 lock shards over keys
+  // Default: true; when a CUDA device is present the region is page-locked for it
+  // (cudaHostRegister), so copies to and from GPU HBM are DMA without a staging copy.
+  bool pin_for_gpu = true;
 
   Status Validate() const;
 };
@@ -86,5 +89,51 @@ struct NvmeTierOptions {
   Status Validate() const;
 };
 Result<std::unique_ptr<Tier>> NewNvmeTier(const NvmeTierOptions& options);
+
+// T0: GPU HBM. One device pool allocated up front (cudaMalloc), carved into slabs with size
+// classes like the DRAM tier; copies between host buffers and the pool go through pinned
+// staging buffers on dedicated streams (one per direction), completed by CUDA events. The
+// block's xxh3-64 checksum is kept beside it and verified on every read, so a corrupted
+// block is never returned. Unavailable where no CUDA device (or no driver) answers, and
+// Unsupported in a build without CUDA.
+struct GpuHbmTierOptions {
+  std::string name = "gpu_hbm";  // Default: "gpu_hbm"
+  int device = 0;                // Default: 0, the CUDA device index
+  uint64_t capacity_bytes = 0;   // Required: bytes of HBM reserved for payloads (> 0)
+  int streams = 2;               // Default: 2 copy streams per direction (1 to 16)
+  uint64_t staging_bytes = 8u << 20;  // Default: 8 MiB pinned staging buffer per stream
+
+  Status Validate() const;
+};
+Result<std::unique_ptr<Tier>> NewGpuHbmTier(const GpuHbmTierOptions& options);
+
+// T4: a remote pool on a real distributed store, Redis or Valkey (through hiredis). Either a
+// Redis Cluster, routed by hash slot (CLUSTER SLOTS; MOVED and ASK redirections followed), or
+// standalone nodes on a consistent-hash ring. Each block is one string value: a header (magic,
+// version, key, length, xxh3-64 checksum) and the payload, written with one SET, so a reader
+// sees the old value or the new one, never a torn one. Batches are pipelined per node over
+// several connections. A node that does not answer within the timeout is marked down: reads
+// of its blocks are misses (not errors), writes to it fail with Unavailable, and it is
+// reconnected once it answers again. Capacity and used bytes count what this client wrote.
+enum class RemoteTopology : uint8_t {
+  kCluster = 0,   // Redis Cluster: `endpoints` are seeds; the slot map comes from the cluster
+  kHashRing = 1,  // standalone nodes on a consistent-hash ring: `endpoints` are all of them
+};
+struct RemoteTierOptions {
+  std::string name = "remote_pool";      // Default: "remote_pool"
+  RemoteTopology topology = RemoteTopology::kCluster;  // Default: kCluster
+  std::vector<std::string> endpoints;    // Required: "host:port" (or "unix:/path" for kHashRing)
+  uint64_t capacity_bytes = 0;           // Default: 0, unbounded (the servers' maxmemory)
+  std::string key_prefix = "kvtier:";    // Default: "kvtier:"; namespaces this pool's keys
+  std::string password;                  // Default: none; sent with AUTH when set
+  int connections_per_node = 4;          // Default: 4 (1 to 64)
+  int timeout_ms = 1000;                 // Default: 1000, connect and per-command timeout
+  int reconnect_interval_ms = 1000;      // Default: 1000, how often a down node is retried
+  int virtual_nodes = 160;               // Default: 160 ring points per node (kHashRing)
+  uint32_t ttl_seconds = 0;              // Default: 0, no expiry
+
+  Status Validate() const;
+};
+Result<std::unique_ptr<Tier>> NewRemoteTier(const RemoteTierOptions& options);
 
 }  // namespace kvtier
