@@ -17,6 +17,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <span>
@@ -93,6 +95,20 @@ class Tier {
   // pipelines override them. Results are in the order of `ops`.
   virtual std::vector<Status> WriteBatch(std::span<const WriteOp> ops);
   virtual std::vector<Result<std::size_t>> ReadBatch(std::span<const ReadOp> ops);
+
+  // Asynchronous batches: return at once (or block while the I/O queue is full: that is the
+  // back-pressure) and call `done` exactly once, with the results in the order of `ops`, on
+  // an I/O thread. The buffers the ops point to must stay valid, and the tier alive, until
+  // `done` has run. By default a batch runs WriteBatch / ReadBatch on a shared pool of I/O
+  // threads; a tier with its own completion queue may override these.
+  using WriteDone = std::function<void(std::vector<Status>)>;
+  using ReadDone = std::function<void(std::vector<Result<std::size_t>>)>;
+  virtual void SubmitWriteBatch(std::vector<WriteOp> ops, WriteDone done);
+  virtual void SubmitReadBatch(std::vector<ReadOp> ops, ReadDone done);
+
+  // The same with futures.
+  std::future<std::vector<Status>> WriteBatchAsync(std::vector<WriteOp> ops);
+  std::future<std::vector<Result<std::size_t>>> ReadBatchAsync(std::vector<ReadOp> ops);
 };
 
 // Forwards every call to another tier: decorators (fault injection, metrics) override only
@@ -111,6 +127,12 @@ class TierWrapper : public Tier {
   TierStats GetStats() const override { return target_->GetStats(); }
   std::vector<Status> WriteBatch(std::span<const WriteOp> ops) override { return target_->WriteBatch(ops); }
   std::vector<Result<std::size_t>> ReadBatch(std::span<const ReadOp> ops) override { return target_->ReadBatch(ops); }
+  void SubmitWriteBatch(std::vector<WriteOp> ops, WriteDone done) override {
+    target_->SubmitWriteBatch(std::move(ops), std::move(done));
+  }
+  void SubmitReadBatch(std::vector<ReadOp> ops, ReadDone done) override {
+    target_->SubmitReadBatch(std::move(ops), std::move(done));
+  }
 
  protected:
   Tier* target() const { return target_; }

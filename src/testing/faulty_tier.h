@@ -51,6 +51,13 @@ class FaultyTier : public TierWrapper {
   // Batches go through Write/Read one by one so that every block sees the faults.
   std::vector<Status> WriteBatch(std::span<const WriteOp> ops) override { return Tier::WriteBatch(ops); }
   std::vector<Result<std::size_t>> ReadBatch(std::span<const ReadOp> ops) override { return Tier::ReadBatch(ops); }
+  // Through this decorator's batches, so that the faults apply to asynchronous ops too.
+  void SubmitWriteBatch(std::vector<WriteOp> ops, WriteDone done) override {
+    Tier::SubmitWriteBatch(std::move(ops), std::move(done));
+  }
+  void SubmitReadBatch(std::vector<ReadOp> ops, ReadDone done) override {
+    Tier::SubmitReadBatch(std::move(ops), std::move(done));
+  }
 
  private:
   static Status Injected(StatusCode code, const char* what) {

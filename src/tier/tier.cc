@@ -1,5 +1,7 @@
 #include "kvtier/tier.h"
 
+#include "util/task_pool.h"
+
 namespace kvtier {
 
 std::string_view TierKindName(TierKind kind) {
@@ -26,6 +28,28 @@ std::vector<Result<std::size_t>> Tier::ReadBatch(std::span<const ReadOp> ops) {
   out.reserve(ops.size());
   for (const ReadOp& op : ops) out.push_back(Read(op.key, op.out));
   return out;
+}
+
+void Tier::SubmitWriteBatch(std::vector<WriteOp> ops, WriteDone done) {
+  TaskPool::ForTierIo().Submit([this, ops = std::move(ops), done = std::move(done)] { done(WriteBatch(ops)); });
+}
+
+void Tier::SubmitReadBatch(std::vector<ReadOp> ops, ReadDone done) {
+  TaskPool::ForTierIo().Submit([this, ops = std::move(ops), done = std::move(done)] { done(ReadBatch(ops)); });
+}
+
+std::future<std::vector<Status>> Tier::WriteBatchAsync(std::vector<WriteOp> ops) {
+  auto promise = std::make_shared<std::promise<std::vector<Status>>>();
+  std::future<std::vector<Status>> result = promise->get_future();
+  SubmitWriteBatch(std::move(ops), [promise](std::vector<Status> statuses) { promise->set_value(std::move(statuses)); });
+  return result;
+}
+
+std::future<std::vector<Result<std::size_t>>> Tier::ReadBatchAsync(std::vector<ReadOp> ops) {
+  auto promise = std::make_shared<std::promise<std::vector<Result<std::size_t>>>>();
+  std::future<std::vector<Result<std::size_t>>> result = promise->get_future();
+  SubmitReadBatch(std::move(ops), [promise](std::vector<Result<std::size_t>> sizes) { promise->set_value(std::move(sizes)); });
+  return result;
 }
 
 }  // namespace kvtier

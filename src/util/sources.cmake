@@ -1,2 +1,2 @@
-kvtier_add_sources(util/status.cc util/json_document.cc)
-kvtier_add_tests(util/status_test.cc util/json_document_test.cc)
+kvtier_add_sources(util/status.cc util/json_document.cc util/task_pool.cc)
+kvtier_add_tests(util/status_test.cc util/json_document_test.cc util/task_pool_test.cc)
