@@ -1,6 +1,8 @@
 // The contract of tier.h, checked on every tier implementation (and on the FaultyTier
 // decorator with no faults armed, which must be transparent).
+#include <atomic>
 #include <filesystem>
+#include <future>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -156,6 +158,33 @@ TEST_P(TierConformance, Batches) {
     EXPECT_TRUE(std::equal(payloads[i].begin(), payloads[i].end(), outs[i].begin()));
   }
   EXPECT_EQ(results[8].status().code(), StatusCode::kNotFound);
+}
+
+TEST_P(TierConformance, AsynchronousBatchesByFutureAndCallback) {
+  std::vector<std::vector<std::byte>> payloads;
+  std::vector<Tier::WriteOp> writes;
+  for (uint8_t i = 0; i < 8; ++i) payloads.push_back(Payload(12288 + i, static_cast<uint8_t>(i + 40)));
+  for (uint8_t i = 0; i < 8; ++i) writes.push_back({Key(300 + i), payloads[i]});
+  for (const Status& s : tier_->WriteBatchAsync(writes).get()) EXPECT_TRUE(s.ok()) << s.ToString();
+
+  std::vector<std::vector<std::byte>> outs(9, std::vector<std::byte>(13000));
+  std::vector<Tier::ReadOp> reads;
+  for (uint8_t i = 0; i < 9; ++i) reads.push_back({Key(300 + i), outs[i]});
+  std::promise<std::vector<Result<std::size_t>>> delivered;
+  std::atomic<int> callbacks{0};
+  tier_->SubmitReadBatch(reads, [&](std::vector<Result<std::size_t>> results) {
+    callbacks.fetch_add(1);
+    delivered.set_value(std::move(results));
+  });
+  const std::vector<Result<std::size_t>> results = delivered.get_future().get();
+  ASSERT_EQ(results.size(), 9u);
+  for (uint8_t i = 0; i < 8; ++i) {
+    ASSERT_TRUE(results[i].ok()) << results[i].status().ToString();
+    EXPECT_EQ(*results[i], payloads[i].size());
+    EXPECT_TRUE(std::equal(payloads[i].begin(), payloads[i].end(), outs[i].begin()));
+  }
+  EXPECT_EQ(results[8].status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(callbacks.load(), 1);
 }
 
 // A writer replaces one block with versions whose every byte equals the version; readers
