@@ -72,9 +72,10 @@ Result<std::unique_ptr<Tier>> NewParallelFsTier(const ParallelFsTierOptions& opt
 // index only once the write completed, so a failed Write leaves the old block readable.
 // Where O_DIRECT is refused (tmpfs, some overlay filesystems) the files are used buffered;
 // where io_uring is refused (seccomp, io_uring_disabled) I/O falls back to pread/pwrite.
-// The index is in memory only: after a restart the tier starts empty (rebuilding the index
-// by scanning the slot headers is future work). GPUDirect Storage (cuFile) is detected at run
-// time but not used yet.
+// Each file starts with a superblock and a journal of the slabs carved from it; on open the
+// tier replays the journal and reads every slot header to rebuild its index, so blocks
+// acknowledged before a restart or a kill -9 are readable again (see nvme_tier.h).
+// GPUDirect Storage (cuFile) is detected at run time but not used yet.
 struct NvmeTierOptions {
   std::string name = "nvme";       // Default: "nvme"
   std::vector<std::string> files;  // Required: one or more large files (created if absent) or block devices
@@ -85,6 +86,9 @@ struct NvmeTierOptions {
   int queue_depth = 32;            // Default: 32 requests in flight per ring (1 to 4096)
   // Default: true; falls back to pread/pwrite when io_uring is refused (e.g. seccomp).
   bool use_io_uring = true;
+  // Default: true, rebuild the index from files an earlier run formatted (files formatted
+  // for another layout are refused, naming the difference); false formats them afresh.
+  bool recover = true;
 
   Status Validate() const;
 };
@@ -92,7 +96,7 @@ Result<std::unique_ptr<Tier>> NewNvmeTier(const NvmeTierOptions& options);
 
 // T0: GPU HBM. One device pool allocated up front (cudaMalloc), carved into slabs with size
 // classes like the DRAM tier; copies between host buffers and the pool go through pinned
-// staging buffers on dedicated streams (one per direction), completed by CUDA events. The
+// staging buffers on dedicated streams (`streams` per direction), completed by CUDA events. The
 // block's xxh3-64 checksum is kept beside it and verified on every read, so a corrupted
 // block is never returned. Unavailable where no CUDA device (or no driver) answers, and
 // Unsupported in a build without CUDA.

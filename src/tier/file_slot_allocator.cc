@@ -44,12 +44,35 @@ std::optional<FileSlot> FileSlotAllocator::Allocate(uint64_t slot_bytes) {
       carved = slot_bytes;
     }
     if (!start) return std::nullopt;
+    if (listener_ && !listener_({start->file, start->offset, carved, slot_bytes})) {
+      carved_[start->file] -= carved;  // the slab is the file's last carve: give it back
+      return std::nullopt;
+    }
     c.cursor = *start;
     c.slab_end = start->offset + carved;
   }
   const FileSlot out = c.cursor;
   c.cursor.offset += slot_bytes;
   return out;
+}
+
+bool FileSlotAllocator::RestoreSlab(const FileSlab& slab, const std::function<bool(FileSlot)>& occupied) {
+  if (slab.slot_bytes == 0 || slab.slot_bytes % kAlignment != 0 || slab.bytes == 0 ||
+      slab.bytes % slab.slot_bytes != 0 || slab.offset % kAlignment != 0 || slab.file >= file_bytes_.size()) {
+    return false;
+  }
+  std::lock_guard lock(mutex_);
+  if (slab.offset < carved_[slab.file] || slab.bytes > file_bytes_[slab.file] ||
+      slab.offset > file_bytes_[slab.file] - slab.bytes) {
+    return false;
+  }
+  carved_[slab.file] = slab.offset + slab.bytes;
+  SizeClass& c = classes_[slab.slot_bytes];
+  for (uint64_t offset = slab.offset; offset < slab.offset + slab.bytes; offset += slab.slot_bytes) {
+    const FileSlot slot{slab.file, offset};
+    if (!occupied(slot)) c.free.push_back(slot);
+  }
+  return true;
 }
 
 void FileSlotAllocator::Free(FileSlot slot, uint64_t slot_bytes) {

@@ -10,10 +10,15 @@
 // Costs: as for the DRAM slabs, a slab never changes class (no rebalancing yet), so a
 // workload that switches block sizes can strand free slots in the old class.
 //
+// Persistence: the carving is the only state a restart cannot re-derive from the slots, so
+// a SlabListener (the NVMe tier's slab journal) is told of every slab before any of its slots
+// is handed out, and RestoreSlab replays the journal into a fresh allocator.
+//
 // Thread-safety: Allocate and Free may be called concurrently (one internal mutex).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -26,6 +31,14 @@ struct FileSlot {
   uint64_t offset = 0;  // 4 KiB-aligned
 
   friend bool operator==(const FileSlot&, const FileSlot&) = default;
+};
+
+// A run of equal slots carved from one file.
+struct FileSlab {
+  uint32_t file = 0;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;       // a multiple of slot_bytes
+  uint64_t slot_bytes = 0;
 };
 
 class FileSlotAllocator {
@@ -41,6 +54,18 @@ class FileSlotAllocator {
   std::optional<FileSlot> Allocate(uint64_t slot_bytes);
   // Returns a slot from Allocate(slot_bytes) with the same size.
   void Free(FileSlot slot, uint64_t slot_bytes);
+
+  // Called with each new slab, under the allocator's lock, before any slot of it is handed
+  // out; returning false abandons the slab (Allocate then returns nullopt). Set it before
+  // the first Allocate.
+  using SlabListener = std::function<bool(const FileSlab&)>;
+  void SetSlabListener(SlabListener listener) { listener_ = std::move(listener); }
+
+  // Re-creates a slab carved by an earlier run (slabs in the order they were carved, before
+  // any Allocate): its space counts as carved, and each slot for which `occupied` is false
+  // goes to the free list of its class. False when the slab does not fit the files or
+  // overlaps carved space.
+  bool RestoreSlab(const FileSlab& slab, const std::function<bool(FileSlot)>& occupied);
 
   static uint64_t RoundUp(uint64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
   uint64_t total_bytes() const { return total_bytes_; }
@@ -61,6 +86,7 @@ class FileSlotAllocator {
   std::vector<uint64_t> carved_;              // GUARDED_BY(mutex_): per file
   std::size_t next_file_ = 0;                 // GUARDED_BY(mutex_)
   std::map<uint64_t, SizeClass> classes_;     // GUARDED_BY(mutex_)
+  SlabListener listener_;
 };
 
 }  // namespace kvtier

@@ -11,19 +11,29 @@
 
 #include <bit>
 #include <cerrno>
+#include <chrono>
+#include <random>
+#include <unordered_set>
 #include <cstdlib>
 #include <cstring>
 #include <system_error>
+#include <thread>
 
 namespace kvtier {
 namespace {
 
 static_assert(std::endian::native == std::endian::little, "the slot header is written in host order");
 
-// On disk: do not change.
-constexpr uint64_t kMagic = 0x31454D564E54564Bull;  // "KVTNVME1" as little-endian bytes
-constexpr uint32_t kVersion = 1;
-constexpr std::size_t kHeaderChecked = 56;  // bytes covered by the header checksum
+// On disk: do not change (nvme_tier.h has the layout).
+constexpr uint64_t kMagic = 0x32454D564E54564Bull;       // "KVTNVME2" as little-endian bytes
+constexpr uint32_t kVersion = 2;
+constexpr std::size_t kHeaderChecked = 64;               // bytes covered by the header checksum
+constexpr uint64_t kSuperMagic = 0x31534D564E54564Bull;  // "KVTNVMS1"
+constexpr uint32_t kSuperVersion = 1;
+constexpr std::size_t kSuperChecked = 56;
+constexpr uint64_t kJournalRecordBytes = 32;
+constexpr uint64_t kRecordsPerPage = FileSlotAllocator::kAlignment / kJournalRecordBytes;
+constexpr std::size_t kRecoveryBatch = 256;              // slot headers read per I/O batch
 constexpr unsigned kRings = 4;               // concurrent batches in flight before one waits
 constexpr int kReadAttempts = 3;             // reads that race with a slot's reuse retry
 
@@ -56,6 +66,18 @@ struct Header {
   uint64_t size = 0;
   uint64_t checksum = 0;
   uint64_t generation = 0;
+  uint64_t format_id = 0;
+};
+
+struct Superblock {
+  uint32_t file_index = 0;
+  uint32_t file_count = 0;
+  uint64_t file_bytes = 0;
+  uint64_t slot_bytes = 0;
+  uint64_t format_id = 0;
+  uint64_t data_offset = 0;
+
+  friend bool operator==(const Superblock&, const Superblock&) = default;
 };
 
 // Writes the header into the first kHeaderBytes of `slot` (zeroing the rest of them).
@@ -69,6 +91,7 @@ void EncodeHeader(const Header& h, std::byte* slot) {
   Put64(slot + 32, h.size);
   Put64(slot + 40, h.checksum);
   Put64(slot + 48, h.generation);
+  Put64(slot + 56, h.format_id);
   Put64(slot + kHeaderChecked, PayloadChecksum({slot, kHeaderChecked}));
 }
 
@@ -80,10 +103,76 @@ std::optional<Header> DecodeHeader(const std::byte* slot) {
   return Header{.key = {Get64(slot + 16), Get64(slot + 24)},
                 .size = Get64(slot + 32),
                 .checksum = Get64(slot + 40),
-                .generation = Get64(slot + 48)};
+                .generation = Get64(slot + 48),
+                .format_id = Get64(slot + 56)};
+}
+
+void EncodeSuperblock(const Superblock& sb, std::byte* page) {
+  std::memset(page, 0, NvmeTier::kSuperblockBytes);
+  Put64(page + 0, kSuperMagic);
+  Put32(page + 8, kSuperVersion);
+  Put32(page + 12, sb.file_index);
+  Put32(page + 16, sb.file_count);
+  Put64(page + 24, sb.file_bytes);
+  Put64(page + 32, sb.slot_bytes);
+  Put64(page + 40, sb.format_id);
+  Put64(page + 48, sb.data_offset);
+  Put64(page + kSuperChecked, PayloadChecksum({page, kSuperChecked}));
+}
+
+// nullopt when the page holds no superblock of this version (a new file, or another format).
+std::optional<Superblock> DecodeSuperblock(const std::byte* page) {
+  if (Get64(page) != kSuperMagic || Get32(page + 8) != kSuperVersion ||
+      Get64(page + kSuperChecked) != PayloadChecksum({page, kSuperChecked})) {
+    return std::nullopt;
+  }
+  return Superblock{.file_index = Get32(page + 12),
+                    .file_count = Get32(page + 16),
+                    .file_bytes = Get64(page + 24),
+                    .slot_bytes = Get64(page + 32),
+                    .format_id = Get64(page + 40),
+                    .data_offset = Get64(page + 48)};
+}
+
+// The check of a journal record ties it to its format: records of an earlier format fail it.
+uint64_t RecordCheck(uint64_t format_id, const FileSlab& slab) {
+  const uint64_t words[4] = {format_id, slab.offset, slab.bytes, slab.slot_bytes};
+  return PayloadChecksum(std::as_bytes(std::span(words)));
+}
+
+void EncodeRecord(uint64_t format_id, const FileSlab& slab, std::byte* at) {
+  Put64(at + 0, slab.offset);
+  Put64(at + 8, slab.bytes);
+  Put64(at + 16, slab.slot_bytes);
+  Put64(at + 24, RecordCheck(format_id, slab));
+}
+
+std::optional<FileSlab> DecodeRecord(uint64_t format_id, uint32_t file, const std::byte* at) {
+  const FileSlab slab{.file = file, .offset = Get64(at), .bytes = Get64(at + 8), .slot_bytes = Get64(at + 16)};
+  if (Get64(at + 24) != RecordCheck(format_id, slab)) return std::nullopt;
+  return slab;
+}
+
+uint64_t NewFormatId() {
+  std::random_device entropy;
+  const uint64_t random = (uint64_t{entropy()} << 32) ^ entropy();
+  return random ^ static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
 }
 
 std::string Errno(int error) { return std::generic_category().message(error); }
+
+// Takes the file's exclusive lock, waiting up to two seconds: a process killed with files
+// registered in an io_uring releases them (and so their locks) only when the kernel tears the
+// ring down, shortly after the process is gone, and a restart right after a crash must not
+// fail for that.
+bool LockExclusive(int fd) {
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) return true;
+    if (errno != EWOULDBLOCK) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
 
 // Closes descriptors unless released (Open's error paths).
 struct FdGuard {
@@ -106,9 +195,10 @@ Status NvmeTierOptions::Validate() const {
     }
   }
   if (capacity_bytes == 0) return Status::InvalidArgument(who + ": capacity_bytes must be > 0");
-  if (capacity_bytes / files.size() < 2 * FileSlotAllocator::kAlignment) {
+  const uint64_t per_file = capacity_bytes / files.size();
+  if (per_file < NvmeTier::MetadataBytes(per_file) + 2 * FileSlotAllocator::kAlignment) {
     return Status::InvalidArgument(who + ": capacity_bytes " + std::to_string(capacity_bytes) +
-                                   " leaves less than 8 KiB (one header and one page) per file");
+                                   " leaves too little per file for its superblock, slab journal and one block");
   }
   if (slot_bytes != 0 && (slot_bytes % FileSlotAllocator::kAlignment != 0 || slot_bytes < 2 * NvmeTier::kHeaderBytes)) {
     return Status::InvalidArgument(who + ": slot_bytes must be 0 (size classes) or a multiple of 4096 of at least 8192, got " +
@@ -156,7 +246,7 @@ Result<std::unique_ptr<NvmeTier>> NvmeTier::Open(const NvmeTierOptions& options)
       return Status::IoError(who + ": cannot open '" + path + "' for reading and writing: " + Errno(error));
     }
     guard.fds.push_back(fd);
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (!LockExclusive(fd)) {
       return Status::FailedPrecondition(who + ": '" + path + "' is in use by another NVMe tier (flock: " + Errno(errno) + ")");
     }
     struct stat st {};
@@ -204,14 +294,232 @@ Result<std::unique_ptr<NvmeTier>> NvmeTier::Open(const NvmeTierOptions& options)
     tier->io_fallback_reason_ = "use_io_uring is false";
   }
   if (tier->io_ == nullptr) tier->io_ = NewPosixBlockIo(fds);
+  KVTIER_RETURN_IF_ERROR(tier->FormatOrRecover());
+  NvmeTier* self = tier.get();
+  tier->slots_.SetSlabListener([self](const FileSlab& slab) { return self->JournalSlab(slab); });
   return tier;
+}
+
+uint64_t NvmeTier::MetadataBytes(uint64_t file_bytes) {
+  const uint64_t records = file_bytes / (uint64_t{1} << 20) + 257;
+  return kSuperblockBytes + FileSlotAllocator::RoundUp(records * kJournalRecordBytes);
+}
+
+Status NvmeTier::FormatOrRecover() {
+  const std::string who = "NVMe tier '" + name() + "'";
+  const std::size_t n = fds_.size();
+  AlignedBuffer pages = AllocateAligned(n * kSuperblockBytes);
+  if (pages == nullptr) return Status::ResourceExhausted(who + ": cannot allocate superblock buffers");
+  std::vector<IoRequest> requests(n);
+  for (std::size_t f = 0; f < n; ++f) {
+    requests[f] = {.file = static_cast<uint32_t>(f), .write = false, .buffer = pages.get() + f * kSuperblockBytes,
+                   .length = kSuperblockBytes, .offset = 0};
+  }
+  io_->Run(requests);
+  std::vector<std::optional<Superblock>> found(n);
+  std::size_t formatted = 0;
+  for (std::size_t f = 0; f < n; ++f) {
+    if (requests[f].error != 0) {
+      return Status::IoError(who + ": cannot read the superblock of '" + options_.files[f] + "': " + Errno(requests[f].error));
+    }
+    found[f] = DecodeSuperblock(pages.get() + f * kSuperblockBytes);
+    if (found[f]) ++formatted;
+  }
+  if (!options_.recover || formatted == 0) return Format();
+  const uint64_t format_id = found[0] ? found[0]->format_id : 0;
+  for (std::size_t f = 0; f < n; ++f) {
+    const Superblock expected{.file_index = static_cast<uint32_t>(f),
+                              .file_count = static_cast<uint32_t>(n),
+                              .file_bytes = file_bytes_,
+                              .slot_bytes = options_.slot_bytes,
+                              .format_id = format_id,
+                              .data_offset = data_offset_};
+    if (!found[f] || !(*found[f] == expected)) {
+      std::string held = "no kvtier NVMe superblock";
+      if (found[f]) {
+        held = "file " + std::to_string(found[f]->file_index) + " of " + std::to_string(found[f]->file_count) + ", " +
+               std::to_string(found[f]->file_bytes) + " bytes, slot_bytes " + std::to_string(found[f]->slot_bytes) +
+               (found[f]->format_id == format_id ? "" : ", another format");
+      }
+      return Status::FailedPrecondition(
+          who + ": '" + options_.files[f] + "' holds " + held + ", but this configuration makes it file " +
+          std::to_string(f) + " of " + std::to_string(n) + ", " + std::to_string(file_bytes_) + " bytes, slot_bytes " +
+          std::to_string(options_.slot_bytes) +
+          "; restore the earlier files and capacity, or set recover: false to discard the blocks they hold");
+    }
+  }
+  return Recover(format_id);
+}
+
+Status NvmeTier::Format() {
+  format_id_ = NewFormatId();
+  const std::size_t n = fds_.size();
+  AlignedBuffer pages = AllocateAligned(n * kSuperblockBytes);
+  if (pages == nullptr) return Status::ResourceExhausted("NVMe tier '" + name() + "': cannot allocate superblock buffers");
+  std::vector<IoRequest> requests(n);
+  for (std::size_t f = 0; f < n; ++f) {
+    EncodeSuperblock({.file_index = static_cast<uint32_t>(f),
+                      .file_count = static_cast<uint32_t>(n),
+                      .file_bytes = file_bytes_,
+                      .slot_bytes = options_.slot_bytes,
+                      .format_id = format_id_,
+                      .data_offset = data_offset_},
+                     pages.get() + f * kSuperblockBytes);
+    requests[f] = {.file = static_cast<uint32_t>(f), .write = true, .buffer = pages.get() + f * kSuperblockBytes,
+                   .length = kSuperblockBytes, .offset = 0};
+  }
+  io_->Run(requests);
+  for (std::size_t f = 0; f < n; ++f) {
+    if (requests[f].error != 0) {
+      return Status::IoError("NVMe tier '" + name() + "': cannot write the superblock of '" + options_.files[f] +
+                             "': " + Errno(requests[f].error));
+    }
+  }
+  return Status::Ok();
+}
+
+Status NvmeTier::Recover(uint64_t format_id) {
+  const std::string who = "NVMe tier '" + name() + "'";
+  format_id_ = format_id;
+  const uint64_t journal_bytes = data_offset_ - kSuperblockBytes;
+  AlignedBuffer journal = AllocateAligned(journal_bytes);
+  if (journal == nullptr) return Status::ResourceExhausted(who + ": cannot allocate the journal buffer");
+  // 1. The slabs of each file, in the order they were carved.
+  std::vector<FileSlab> slabs;
+  for (std::size_t f = 0; f < fds_.size(); ++f) {
+    IoRequest request{.file = static_cast<uint32_t>(f), .write = false, .buffer = journal.get(),
+                      .length = journal_bytes, .offset = kSuperblockBytes};
+    io_->Run({&request, 1});
+    if (request.error != 0) {
+      return Status::IoError(who + ": cannot read the slab journal of '" + options_.files[f] + "': " + Errno(request.error));
+    }
+    for (uint64_t r = 0; r < journal_bytes / kJournalRecordBytes; ++r) {
+      std::optional<FileSlab> slab = DecodeRecord(format_id, static_cast<uint32_t>(f), journal.get() + r * kJournalRecordBytes);
+      if (!slab) break;
+      journals_[f].push_back(*slab);
+      slabs.push_back(*slab);
+    }
+  }
+  // 2. Every slot's header; per key, the valid one with the highest generation wins.
+  struct Found {
+    FileSlot slot;
+    uint64_t slot_bytes;
+    Header header;
+  };
+  std::unordered_map<BlockKey, Found, BlockKeyHash> winners;
+  std::vector<std::pair<FileSlot, uint64_t>> slots;
+  for (const FileSlab& slab : slabs) {
+    if (slab.slot_bytes == 0 || slab.bytes % slab.slot_bytes != 0) continue;  // RestoreSlab refuses it below
+    for (uint64_t at = slab.offset; at < slab.offset + slab.bytes; at += slab.slot_bytes) {
+      slots.push_back({{slab.file, at}, slab.slot_bytes});
+    }
+  }
+  AlignedBuffer headers = AllocateAligned(kRecoveryBatch * kHeaderBytes);
+  if (headers == nullptr) return Status::ResourceExhausted(who + ": cannot allocate the recovery buffer");
+  uint64_t max_generation = 0;
+  for (std::size_t begin = 0; begin < slots.size(); begin += kRecoveryBatch) {
+    const std::size_t count = std::min(kRecoveryBatch, slots.size() - begin);
+    std::vector<IoRequest> requests(count);
+    for (std::size_t k = 0; k < count; ++k) {
+      const FileSlot& slot = slots[begin + k].first;
+      requests[k] = {.file = slot.file, .write = false, .buffer = headers.get() + k * kHeaderBytes,
+                     .length = kHeaderBytes, .offset = data_offset_ + slot.offset};
+    }
+    io_->Run(requests);
+    for (std::size_t k = 0; k < count; ++k) {
+      const auto& [slot, slot_bytes] = slots[begin + k];
+      if (requests[k].error != 0) {
+        return Status::IoError(who + ": cannot read a slot header of '" + options_.files[slot.file] + "' at offset " +
+                               std::to_string(data_offset_ + slot.offset) + ": " + Errno(requests[k].error));
+      }
+      std::optional<Header> header = DecodeHeader(headers.get() + k * kHeaderBytes);
+      if (!header || header->format_id != format_id || header->size == 0 ||
+          SlotBytesFor(header->size) != slot_bytes) {
+        continue;  // a free slot, a torn header, or one from an earlier format
+      }
+      max_generation = std::max(max_generation, header->generation);
+      auto [it, inserted] = winners.try_emplace(header->key, Found{slot, slot_bytes, *header});
+      if (!inserted && it->second.header.generation < header->generation) it->second = {slot, slot_bytes, *header};
+    }
+  }
+  // 3. The allocator and the index.
+  std::unordered_set<uint64_t> occupied;  // file << 48 | offset
+  auto slot_id = [](FileSlot slot) { return uint64_t{slot.file} << 48 | slot.offset; };
+  for (const auto& [key, found] : winners) occupied.insert(slot_id(found.slot));
+  for (const FileSlab& slab : slabs) {
+    if (!slots_.RestoreSlab(slab, [&](FileSlot slot) { return occupied.contains(slot_id(slot)); })) {
+      return Status::Corruption(who + ": the slab journal of '" + options_.files[slab.file] + "' names a slab at " +
+                                std::to_string(slab.offset) + " (" + std::to_string(slab.bytes) +
+                                " bytes) that does not fit the file; set recover: false to discard its blocks");
+    }
+  }
+  std::lock_guard lock(mutex_);
+  for (const auto& [key, found] : winners) {
+    index_.emplace(key, Entry{.slot = found.slot,
+                              .slot_bytes = found.slot_bytes,
+                              .size = found.header.size,
+                              .checksum = found.header.checksum,
+                              .generation = found.header.generation});
+    used_bytes_ += found.header.size;
+  }
+  recovered_blocks_ = winners.size();
+  next_generation_.store(max_generation + 1, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+bool NvmeTier::JournalSlab(const FileSlab& slab) {
+  std::vector<FileSlab>& journal = journals_[slab.file];
+  const uint64_t record = journal.size();
+  if ((record + 1) * kJournalRecordBytes > data_offset_ - kSuperblockBytes) return false;  // MetadataBytes bounds it
+  journal.push_back(slab);
+  // Rewrite the record's page from the records in memory (O_DIRECT writes whole pages).
+  const uint64_t page = record / kRecordsPerPage;
+  AlignedBuffer buffer = AllocateAligned(FileSlotAllocator::kAlignment);
+  if (buffer == nullptr) {
+    journal.pop_back();
+    return false;
+  }
+  std::memset(buffer.get(), 0, FileSlotAllocator::kAlignment);
+  for (uint64_t r = page * kRecordsPerPage; r < journal.size(); ++r) {
+    EncodeRecord(format_id_, journal[r], buffer.get() + (r - page * kRecordsPerPage) * kJournalRecordBytes);
+  }
+  IoRequest request{.file = slab.file, .write = true, .buffer = buffer.get(), .length = FileSlotAllocator::kAlignment,
+                    .offset = kSuperblockBytes + page * FileSlotAllocator::kAlignment};
+  io_->Run({&request, 1});
+  if (request.error != 0) {
+    journal.pop_back();
+    return false;
+  }
+  return true;
+}
+
+void NvmeTier::RetireSlots(std::span<const Entry> entries) {
+  if (entries.empty()) return;
+  // One zero page serves every request: they only read it.
+  AlignedBuffer zeros = AllocateAligned(kHeaderBytes);
+  if (zeros != nullptr) {
+    std::memset(zeros.get(), 0, kHeaderBytes);
+    std::vector<IoRequest> requests;
+    requests.reserve(entries.size());
+    for (const Entry& e : entries) {
+      requests.push_back({.file = e.slot.file, .write = true, .buffer = zeros.get(), .length = kHeaderBytes,
+                          .offset = data_offset_ + e.slot.offset});
+    }
+    // A header that could not be zeroed loses to the generation of whatever reuses the slot;
+    // until then a restart could bring its block back, which is the best a failing device allows.
+    io_->Run(requests);
+  }
+  for (const Entry& e : entries) slots_.Free(e.slot, e.slot_bytes);
 }
 
 NvmeTier::NvmeTier(NvmeTierOptions options, std::vector<int> fds, bool direct_io, uint64_t file_bytes)
     : options_(std::move(options)),
       fds_(std::move(fds)),
       direct_io_(direct_io),
-      slots_(std::vector<uint64_t>(fds_.size(), file_bytes)) {}
+      file_bytes_(file_bytes),
+      data_offset_(MetadataBytes(file_bytes)),
+      journals_(fds_.size()),
+      slots_(std::vector<uint64_t>(fds_.size(), file_bytes - data_offset_)) {}
 
 NvmeTier::~NvmeTier() {
   io_.reset();
@@ -285,36 +593,42 @@ std::vector<Status> NvmeTier::WriteBatch(std::span<const WriteOp> ops) {
                       .size = size,
                       .checksum = PayloadChecksum(op.payload),
                       .generation = next_generation_.fetch_add(1, std::memory_order_relaxed)};
-    EncodeHeader({.key = op.key, .size = size, .checksum = entry.checksum, .generation = entry.generation}, buffer.get());
+    EncodeHeader({.key = op.key, .size = size, .checksum = entry.checksum, .generation = entry.generation,
+                  .format_id = format_id_},
+                 buffer.get());
     std::memcpy(buffer.get() + kHeaderBytes, op.payload.data(), size);
     std::memset(buffer.get() + kHeaderBytes + size, 0, io_bytes - kHeaderBytes - size);
-    requests.push_back({.file = slot->file, .write = true, .buffer = buffer.get(), .length = io_bytes, .offset = slot->offset});
+    requests.push_back(
+        {.file = slot->file, .write = true, .buffer = buffer.get(), .length = io_bytes, .offset = data_offset_ + slot->offset});
     pending.push_back({i, entry, std::move(buffer)});
   }
   if (!requests.empty()) io_->Run(requests);
 
-  std::lock_guard lock(mutex_);
+  std::vector<Entry> replaced;
+  std::unique_lock lock(mutex_);
   for (std::size_t k = 0; k < pending.size(); ++k) {
     const Pending& p = pending[k];
     const BlockKey& key = ops[p.op].key;
     if (const int error = requests[k].error; error != 0) {
       slots_.Free(p.entry.slot, p.entry.slot_bytes);
       std::string message = name() + ": writing block " + key.ToHex() + " to '" + options_.files[p.entry.slot.file] +
-                            "' at offset " + std::to_string(p.entry.slot.offset) + " failed: " + Errno(error);
+                            "' at offset " + std::to_string(data_offset_ + p.entry.slot.offset) + " failed: " + Errno(error);
       results[p.op] = WriteFailed(error == ENOSPC || error == EDQUOT ? Status::ResourceExhausted(std::move(message))
                                                                      : Status::IoError(std::move(message)));
       continue;
     }
     auto [it, inserted] = index_.try_emplace(key, p.entry);
-    if (!inserted) {  // replace: the old slot is free only now that the new one is in place
+    if (!inserted) {  // replace: the old slot is retired only now that the new one is in place
       used_bytes_ -= it->second.size;
-      slots_.Free(it->second.slot, it->second.slot_bytes);
+      replaced.push_back(it->second);
       it->second = p.entry;
     }
     used_bytes_ += p.entry.size;
     counters_.writes.fetch_add(1, std::memory_order_relaxed);
     counters_.write_bytes.fetch_add(p.entry.size, std::memory_order_relaxed);
   }
+  lock.unlock();
+  RetireSlots(replaced);
   return results;
 }
 
@@ -359,8 +673,8 @@ std::vector<Result<std::size_t>> NvmeTier::ReadBatch(std::span<const ReadOp> ops
                                                   "-byte I/O buffer");
         continue;
       }
-      requests.push_back(
-          {.file = p.entry.slot.file, .write = false, .buffer = p.buffer.get(), .length = io_bytes, .offset = p.entry.slot.offset});
+      requests.push_back({.file = p.entry.slot.file, .write = false, .buffer = p.buffer.get(), .length = io_bytes,
+                          .offset = data_offset_ + p.entry.slot.offset});
       issued.push_back(&p);
     }
     if (!requests.empty()) io_->Run(requests);
@@ -372,13 +686,14 @@ std::vector<Result<std::size_t>> NvmeTier::ReadBatch(std::span<const ReadOp> ops
       if (const int error = requests[k].error; error != 0) {
         results[p.op] = Status::IoError(name() + ": reading block " + op.key.ToHex() + " from '" +
                                         options_.files[p.entry.slot.file] + "' at offset " +
-                                        std::to_string(p.entry.slot.offset) + " failed: " + Errno(error));
+                                        std::to_string(data_offset_ + p.entry.slot.offset) + " failed: " + Errno(error));
         continue;
       }
       const std::optional<Header> header = DecodeHeader(p.buffer.get());
       const std::span<const std::byte> payload(p.buffer.get() + kHeaderBytes, p.entry.size);
       if (header && header->key == op.key && header->size == p.entry.size && header->checksum == p.entry.checksum &&
-          header->generation == p.entry.generation && PayloadChecksum(payload) == p.entry.checksum) {
+          header->generation == p.entry.generation && header->format_id == format_id_ &&
+          PayloadChecksum(payload) == p.entry.checksum) {
         std::memcpy(op.out.data(), payload.data(), payload.size());
         counters_.reads.fetch_add(1, std::memory_order_relaxed);
         counters_.read_bytes.fetch_add(payload.size(), std::memory_order_relaxed);
@@ -399,7 +714,7 @@ std::vector<Result<std::size_t>> NvmeTier::ReadBatch(std::span<const ReadOp> ops
       DropLocked(it);
       counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);
       results[p->op] = Status::Corruption(name() + ": block " + key.ToHex() + " in '" + options_.files[p->entry.slot.file] +
-                                          "' at offset " + std::to_string(p->entry.slot.offset) +
+                                          "' at offset " + std::to_string(data_offset_ + p->entry.slot.offset) +
                                           " failed its header or checksum check and was dropped");
     }
   }
@@ -415,10 +730,16 @@ std::optional<std::size_t> NvmeTier::Size(const BlockKey& key) const {
 }
 
 Status NvmeTier::Evict(const BlockKey& key) {
-  std::lock_guard lock(mutex_);
-  auto it = index_.find(key);
-  if (it == index_.end()) return Status::NotFound(name() + ": block " + key.ToHex() + " is not here");
-  DropLocked(it);
+  Entry evicted;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = index_.find(key);
+    if (it == index_.end()) return Status::NotFound(name() + ": block " + key.ToHex() + " is not here");
+    evicted = it->second;
+    used_bytes_ -= evicted.size;
+    index_.erase(it);
+  }
+  RetireSlots({&evicted, 1});
   counters_.evictions.fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
 }
@@ -439,7 +760,7 @@ std::optional<NvmeTier::Location> NvmeTier::LocationForTesting(const BlockKey& k
   std::lock_guard lock(mutex_);
   auto it = index_.find(key);
   if (it == index_.end()) return std::nullopt;
-  return Location{options_.files[it->second.slot.file], it->second.slot.offset, it->second.slot_bytes};
+  return Location{options_.files[it->second.slot.file], data_offset_ + it->second.slot.offset, it->second.slot_bytes};
 }
 
 std::unique_ptr<BlockIo> NvmeTier::ReplaceIoForTesting(std::unique_ptr<BlockIo> io) {

@@ -3,18 +3,33 @@
 // exposes the class for its tests and for callers that want to know how it runs
 // (dynamic_cast a Tier* to NvmeTier*).
 //
-// On disk, per block: one slot of FileSlotAllocator (file_slot_allocator.h) holding
+// On disk, per file (all integers little-endian; on disk: do not reorder or renumber):
+//   [superblock, 4096 bytes][slab journal, JournalBytes(file)][slots ...]
+// Superblock: 0 u64 magic "KVTNVMS1"  8 u32 version (1)  12 u32 file index  16 u32 file count
+//   20 u32 zero  24 u64 file bytes  32 u64 slot_bytes option  40 u64 format id (random per
+//   format)  48 u64 data offset  56 u64 xxh3-64 of bytes 0..55; zeros to 4096.
+// Slab journal: 32-byte records appended as the allocator carves slabs (FileSlab: offset in
+//   the slot area, bytes, slot bytes, then xxh3-64 over the format id and those three); the
+//   first record that fails its check ends the journal, so records of an earlier format
+//   (another format id) are never replayed. A record is written before any slot of its slab.
+// Per block, one slot of FileSlotAllocator (file_slot_allocator.h) holding
 //   [header, 4096 bytes][payload][zeros up to a 4 KiB multiple]
-// The header (little-endian; on disk: do not reorder or renumber):
-//   0  u64 magic "KVTNVME1"     8 u32 version (1)      12 u32 header bytes (4096)
+// Slot header:
+//   0  u64 magic "KVTNVME2"     8 u32 version (2)      12 u32 header bytes (4096)
 //   16 u64 key.hi              24 u64 key.lo          32 u64 payload bytes
-//   40 u64 payload xxh3-64     48 u64 generation (the write's number in this process)
-//   56 u64 xxh3-64 of bytes 0..55; zeros to 4096
+//   40 u64 payload xxh3-64     48 u64 generation      56 u64 format id
+//   64 u64 xxh3-64 of bytes 0..63; zeros to 4096
 // Every read checks the header against the index entry it was issued for and the payload
-// against its checksum. The index (key -> file, offset, size, checksum, generation) lives
-// in memory only: after a restart the tier starts empty; rebuilding it by scanning the slot
-// headers (the highest generation of a key wins, within one run) is future work, and would
-// need the generation to persist across runs.
+// against its checksum.
+//
+// Restart: Open replays each file's journal, reads the header of every slot of every slab
+// (in batches through the I/O engine) and keeps, per key, the valid header with the highest
+// generation; generations continue from the highest seen. Evict and a replacing Write zero
+// the old slot's header before the slot is reused, so an evicted or replaced block cannot
+// come back after a restart. Writes are O_DIRECT without a cache flush: a block acknowledged
+// before the process died (kill -9) is recovered; after a power loss, a block whose write
+// the device had not persisted fails its checksum and is never returned. Payload checksums
+// are verified on every read, not during recovery (that would read the whole device).
 //
 // GPUDirect Storage: gds_available() reports whether libcufile.so can be loaded. cuFile
 // I/O (DMA between the files and GPU memory, skipping the bounce through host buffers) is
@@ -50,6 +65,11 @@ namespace kvtier {
 class NvmeTier final : public Tier {
  public:
   static constexpr uint64_t kHeaderBytes = 4096;
+  static constexpr uint64_t kSuperblockBytes = 4096;
+
+  // Bytes of a file before its slot area: the superblock and a journal large enough for
+  // every slab the file can hold (slabs are at least 1 MiB, except at most 256 tail slots).
+  static uint64_t MetadataBytes(uint64_t file_bytes);
 
   static Result<std::unique_ptr<NvmeTier>> Open(const NvmeTierOptions& options);
   ~NvmeTier() override;
@@ -74,6 +94,8 @@ class NvmeTier final : public Tier {
   const std::string& io_fallback_reason() const { return io_fallback_reason_; }
   // Whether libcufile.so (GPUDirect Storage) can be loaded here. Not used for I/O yet.
   static bool gds_available();
+  // Blocks found by the recovery when the tier opened (0 when it formatted its files).
+  uint64_t recovered_blocks() const { return recovered_blocks_; }
 
   // Test seams.
   struct Location {
@@ -97,6 +119,14 @@ class NvmeTier final : public Tier {
   NvmeTier(NvmeTierOptions options, std::vector<int> fds, bool direct_io, uint64_t file_bytes);
   uint64_t SlotBytesFor(uint64_t payload_bytes) const;
   void DropLocked(std::unordered_map<BlockKey, Entry, BlockKeyHash>::iterator it);
+  // Formats the files (new format id, empty journals) or rebuilds the index from them.
+  Status FormatOrRecover();
+  Status Format();
+  Status Recover(uint64_t format_id);
+  // Appends `slab` to its file's journal (the allocator's SlabListener).
+  bool JournalSlab(const FileSlab& slab);
+  // Zeroes the headers of slots about to be freed, then frees them.
+  void RetireSlots(std::span<const Entry> entries);
   Status WriteFailed(Status status) {
     counters_.write_failures.fetch_add(1, std::memory_order_relaxed);
     return status;
@@ -105,6 +135,11 @@ class NvmeTier final : public Tier {
   const NvmeTierOptions options_;
   const std::vector<int> fds_;  // owned; closed after io_ is gone
   const bool direct_io_;
+  const uint64_t file_bytes_;
+  const uint64_t data_offset_;  // of the slot area in each file
+  uint64_t format_id_ = 0;      // set by FormatOrRecover
+  uint64_t recovered_blocks_ = 0;
+  std::vector<std::vector<FileSlab>> journals_;  // per file; written under the allocator's lock
   FileSlotAllocator slots_;
   std::unique_ptr<BlockIo> io_;
   std::string io_fallback_reason_;

@@ -85,7 +85,7 @@ TEST_P(NvmeTierIo, WritesAndReadsBack) {
   EXPECT_EQ(*n, a.size());
   EXPECT_EQ(out, a);
   const TierStats stats = tier_->GetStats();
-  EXPECT_EQ(stats.capacity_bytes, 16u << 20);
+  EXPECT_EQ(stats.capacity_bytes, (16u << 20) - 2 * NvmeTier::MetadataBytes(8u << 20));  // two files
   EXPECT_EQ(stats.used_bytes, a.size());
   EXPECT_EQ(stats.reads, 1u);
 }
@@ -254,6 +254,94 @@ TEST(NvmeTier, ReadRacingWithSlotReuseIsAMissOrTheNewBlockNeverCorruption) {
   EXPECT_EQ(tier->GetStats().blocks, 3u);
 }
 
+TEST(NvmeTier, ReopeningRecoversWrittenBlocksNotEvictedOrReplacedOnes) {
+  ScratchDir dir;
+  const NvmeTierOptions options{.files = {dir.File("a.slots"), dir.File("b.slots")}, .capacity_bytes = 16u << 20};
+  std::vector<std::vector<std::byte>> payloads;
+  for (uint8_t i = 0; i < 40; ++i) payloads.push_back(Payload(5000u + 3000u * (i % 5u), i));
+  {
+    std::unique_ptr<NvmeTier> tier = OpenTier(options);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_EQ(tier->recovered_blocks(), 0u);
+    for (uint8_t i = 0; i < 40; ++i) ASSERT_TRUE(tier->Write(Key(i), payloads[i]).ok());
+    for (uint8_t i = 0; i < 10; ++i) ASSERT_TRUE(tier->Evict(Key(i)).ok());
+    payloads[20] = Payload(9000, 200);  // replaced: the newer version must come back
+    ASSERT_TRUE(tier->Write(Key(20), payloads[20]).ok());
+  }
+  std::unique_ptr<NvmeTier> tier = OpenTier(options);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->recovered_blocks(), 30u);
+  const TierStats stats = tier->GetStats();
+  EXPECT_EQ(stats.blocks, 30u);
+  uint64_t bytes = 0;
+  for (uint8_t i = 10; i < 40; ++i) bytes += payloads[i].size();
+  EXPECT_EQ(stats.used_bytes, bytes);
+  std::vector<std::byte> out(20000);
+  for (uint8_t i = 0; i < 40; ++i) {
+    Result<std::size_t> n = tier->Read(Key(i), out);
+    if (i < 10) {
+      EXPECT_EQ(n.status().code(), StatusCode::kNotFound) << "evicted block " << int{i} << " came back";
+      continue;
+    }
+    ASSERT_TRUE(n.ok()) << int{i} << ": " << n.status().ToString();
+    ASSERT_EQ(*n, payloads[i].size());
+    EXPECT_TRUE(std::equal(payloads[i].begin(), payloads[i].end(), out.begin())) << int{i};
+  }
+  // The recovered tier keeps working: its free slots and new slabs do not overlap live blocks.
+  for (uint8_t i = 40; i < 80; ++i) ASSERT_TRUE(tier->Write(Key(i), Payload(7000, i)).ok());
+  for (uint8_t i = 10; i < 40; ++i) {
+    ASSERT_TRUE(tier->Read(Key(i), out).ok());
+    EXPECT_TRUE(std::equal(payloads[i].begin(), payloads[i].end(), out.begin())) << int{i};
+  }
+  tier.reset();
+  tier = OpenTier(options);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->recovered_blocks(), 70u);
+}
+
+TEST(NvmeTier, RecoveredBlockWithCorruptPayloadIsNeverReturned) {
+  ScratchDir dir;
+  const NvmeTierOptions options{.files = {dir.File("a.slots")}, .capacity_bytes = 4u << 20};
+  std::optional<NvmeTier::Location> at;
+  {
+    std::unique_ptr<NvmeTier> tier = OpenTier(options);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_TRUE(tier->Write(Key(1), Payload(10000, 1)).ok());
+    at = tier->LocationForTesting(Key(1));
+  }
+  ASSERT_TRUE(at.has_value());
+  const std::byte flipped[1] = {std::byte{0x5a}};
+  Scribble(at->path, at->offset + NvmeTier::kHeaderBytes + 1234, flipped);
+  std::unique_ptr<NvmeTier> tier = OpenTier(options);
+  ASSERT_NE(tier, nullptr);
+  std::vector<std::byte> out(10000);
+  EXPECT_EQ(tier->Read(Key(1), out).status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(tier->Read(Key(1), out).status().code(), StatusCode::kNotFound);
+}
+
+TEST(NvmeTier, FilesOfAnotherLayoutAreRefusedUnlessRecoverIsOff) {
+  ScratchDir dir;
+  {
+    std::unique_ptr<NvmeTier> tier = OpenTier({.files = {dir.File("a.slots")}, .capacity_bytes = 4u << 20});
+    ASSERT_NE(tier, nullptr);
+    ASSERT_TRUE(tier->Write(Key(1), Payload(10000, 1)).ok());
+  }
+  Result<std::unique_ptr<NvmeTier>> bigger = NvmeTier::Open({.files = {dir.File("a.slots")}, .capacity_bytes = 8u << 20});
+  ASSERT_FALSE(bigger.ok());
+  EXPECT_EQ(bigger.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(bigger.status().message().find("recover: false"), std::string::npos) << bigger.status().message();
+
+  std::unique_ptr<NvmeTier> fresh =
+      OpenTier({.files = {dir.File("a.slots")}, .capacity_bytes = 8u << 20, .recover = false});
+  ASSERT_NE(fresh, nullptr);
+  EXPECT_EQ(fresh->GetStats().blocks, 0u);
+  fresh.reset();
+  // The new format's journal does not replay the old one's records or slots.
+  std::unique_ptr<NvmeTier> again = OpenTier({.files = {dir.File("a.slots")}, .capacity_bytes = 8u << 20});
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->recovered_blocks(), 0u);
+}
+
 TEST(NvmeTier, BadOptionsAreRefusedClearly) {
   ScratchDir dir;
   auto code = [](const NvmeTierOptions& options) { return NewNvmeTier(options).status().code(); };
@@ -317,7 +405,7 @@ TEST(NvmeTier, FixedSlotsRefuseLargerBlocks) {
   EXPECT_EQ(tier->Write(Key(3), Payload((60u << 10) + 1, 3)).code(), StatusCode::kInvalidArgument);
   uint64_t stored = 2;
   while (tier->Write(Key(10 + stored), Payload(100, 4)).ok()) ++stored;
-  EXPECT_EQ(stored, 16u);  // 1 MiB / 64 KiB
+  EXPECT_EQ(stored, ((1u << 20) - NvmeTier::MetadataBytes(1u << 20)) / (64u << 10));  // the slot area / 64 KiB
 }
 
 TEST(NvmeTier, GdsDetectionIsStable) {
