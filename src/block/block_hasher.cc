@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "block/cbor_writer.h"
+#include "block/checksum_kernels.h"
 #include "kvtier/block.h"
 
 namespace kvtier {
@@ -237,16 +238,31 @@ uint64_t BlockHasher::TokenFingerprint(std::span<const TokenId> tokens) {
   return XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), kFingerprintSeed);
 }
 
+#ifdef KVTIER_HAVE_AVX2_KERNEL
+namespace {
+// Here, not in the kernel's file: that one is compiled for AVX2 and must not run first.
+bool UseAvx2Kernel() {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+}
+}  // namespace
+#endif
+
 uint64_t PayloadChecksum(std::span<const std::byte> payload) {
+#ifdef KVTIER_HAVE_AVX2_KERNEL
+  if (UseAvx2Kernel()) return checksum_kernels::ChecksumAvx2(payload.data(), payload.size());
+#endif
   return XXH3_64bits(payload.data(), payload.size());
 }
 
 uint64_t CopyWithChecksum(std::span<std::byte> dst, std::span<const std::byte> src) {
-  constexpr std::size_t kChunk = 32 * 1024;  // fits L1/L2 with room to spare
+#ifdef KVTIER_HAVE_AVX2_KERNEL
+  if (UseAvx2Kernel()) return checksum_kernels::CopyWithChecksumAvx2(dst.data(), src.data(), src.size());
+#endif
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
-  for (std::size_t offset = 0; offset < src.size(); offset += kChunk) {
-    const std::size_t n = std::min(kChunk, src.size() - offset);
+  for (std::size_t offset = 0; offset < src.size(); offset += checksum_kernels::kCopyChunk) {
+    const std::size_t n = std::min(checksum_kernels::kCopyChunk, src.size() - offset);
     std::memcpy(dst.data() + offset, src.data() + offset, n);
     XXH3_64bits_update(&state, dst.data() + offset, n);
   }
