@@ -8,6 +8,8 @@ packages=(
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libxxhash-dev libssl-dev libnuma-dev
   liburing-dev                # io_uring for the NVMe tier
+  libhiredis-dev redis-server  # the remote-pool tier and the redis-server its tests start
+  libbenchmark-dev fio        # Google Benchmark targets; fio, the NVMe tier's baseline
   clang-14 libclang-rt-14-dev   # libFuzzer for the fuzz preset
 )
 

@@ -27,7 +27,8 @@
 
 namespace kvtier {
 
-using TierOptions = std::variant<DramTierOptions, CxlTierOptions, ParallelFsTierOptions, NvmeTierOptions>;
+using TierOptions = std::variant<DramTierOptions, CxlTierOptions, ParallelFsTierOptions, NvmeTierOptions,
+                                 GpuHbmTierOptions, RemoteTierOptions>;
 
 struct TierConfig {
   std::string data_dir = "kvtier-data";  // Default: ./kvtier-data

@@ -41,11 +41,14 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   OnRun(index, options, &bench::RunIndexBenchmark, exit_code);
 
   auto tier_options = std::make_shared<bench::TierBenchmarkOptions>();
-  CLI::App* tiers = bench->add_subcommand("tiers", "Each tier vs memcpy / plain file I/O, per block size");
-  tiers->add_option("--config", tier_options->config_path, "Tier YAML (default: DRAM, CXL on /dev/shm, NVMe file, directory)");
+  CLI::App* tiers = bench->add_subcommand("tiers", "Each tier vs its baseline (memcpy, fio, hiredis, cudaMemcpy)");
+  tiers->add_option("--config", tier_options->config_path,
+                    "Tier YAML (default: GPU if present, DRAM, CXL on /dev/shm, NVMe file, local Redis Cluster, directory)");
   tiers->add_option("--scratch-dir", tier_options->scratch_dir, "Where the default tiers put their files")->capture_default_str();
   tiers->add_option("--block-bytes", tier_options->block_bytes, "Block sizes")->capture_default_str();
   tiers->add_option("--bytes-per-size", tier_options->bytes_per_size, "Bytes written and read per block size")->capture_default_str();
+  tiers->add_option("--queue-depth", tier_options->queue_depths, "Blocks per batch (several: one run each)")->capture_default_str();
+  tiers->add_option("--kinds", tier_options->only_kinds, "Only these tier kinds (gpu_hbm, cpu_dram, cxl_memory, nvme, remote_pool, parallel_fs)");
   tiers->add_flag("--json", tier_options->json_flag, "Print JSON (the only format)");
   OnRun(tiers, tier_options, &bench::RunTierBenchmark, exit_code);
 

@@ -165,7 +165,8 @@ Result<std::unique_ptr<Tier>> NewDramTier(const DramTierOptions& options) {
                           SlabAllocator::Create({.capacity_bytes = options.capacity_bytes,
                                                  .numa_node = options.numa_node,
                                                  .lock_memory = options.lock_memory,
-                                                 .huge_pages = options.huge_pages}));
+                                                 .huge_pages = options.huge_pages,
+                                                 .pin_for_gpu = options.pin_for_gpu}));
   return std::unique_ptr<Tier>(std::make_unique<MemoryTier>(TierKind::kCpuDram, options.name, options.shards, std::move(slabs)));
 }
 

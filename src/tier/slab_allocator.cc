@@ -10,6 +10,8 @@
 
 #include <sys/stat.h>
 
+#include "port/cuda_host_memory.h"
+
 namespace kvtier {
 
 std::size_t SlabAllocator::ClassSize(std::size_t size) {
@@ -55,10 +57,13 @@ Result<std::unique_ptr<SlabAllocator>> SlabAllocator::Create(const SlabRegionOpt
   // mlock faults every page in and keeps it resident; refused above RLIMIT_MEMLOCK, which
   // is fine: the tier still works, it may just be swapped.
   const bool locked = options.lock_memory && mlock(memory, bytes) == 0;
-  return std::unique_ptr<SlabAllocator>(new SlabAllocator(static_cast<std::byte*>(memory), bytes, locked, fd));
+  // After the NUMA binding, so that the pages cudaHostRegister faults in land on the node.
+  const bool pinned = options.pin_for_gpu && port::PinForGpu(memory, bytes);
+  return std::unique_ptr<SlabAllocator>(new SlabAllocator(static_cast<std::byte*>(memory), bytes, locked, pinned, fd));
 }
 
 SlabAllocator::~SlabAllocator() {
+  if (pinned_) port::UnpinForGpu(region_);
   munmap(region_, region_bytes_);
   if (fd_ >= 0) close(fd_);
 }

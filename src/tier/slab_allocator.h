@@ -31,6 +31,9 @@ struct SlabRegionOptions {
   // A file or DAX device to map (shared) instead of anonymous memory: how CXL memory is
   // exposed (a devdax node, or a file on a CXL-backed tmpfs). Created and sized if absent.
   std::string backing_file;
+  // Page-lock the region for CUDA copies where a GPU answers (port/cuda_host_memory.h); a
+  // no-op without one.
+  bool pin_for_gpu = false;
 };
 
 class SlabAllocator {
@@ -51,6 +54,7 @@ class SlabAllocator {
   static std::size_t ClassSize(std::size_t size);
   uint64_t region_bytes() const { return region_bytes_; }
   bool memory_locked() const { return locked_; }
+  bool pinned_for_gpu() const { return pinned_; }
 
  private:
   struct SizeClass {
@@ -59,12 +63,13 @@ class SlabAllocator {
     std::byte* end = nullptr;
   };
 
-  SlabAllocator(std::byte* region, uint64_t bytes, bool locked, int fd)
-      : region_(region), region_bytes_(bytes), locked_(locked), fd_(fd) {}
+  SlabAllocator(std::byte* region, uint64_t bytes, bool locked, bool pinned, int fd)
+      : region_(region), region_bytes_(bytes), locked_(locked), pinned_(pinned), fd_(fd) {}
 
   std::byte* const region_;
   const uint64_t region_bytes_;
   const bool locked_;
+  const bool pinned_;  // registered with CUDA: unregistered before the unmap
   const int fd_;  // the backing file, or -1
   std::mutex mutex_;
   uint64_t carved_ = 0;                                   // GUARDED_BY(mutex_)

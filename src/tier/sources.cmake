@@ -3,3 +3,5 @@ kvtier_add_sources(tier/tier.cc tier/slab_allocator.cc tier/dram_tier.cc tier/ti
 kvtier_add_tests(tier/dram_tier_test.cc tier/tier_config_test.cc testing/faulty_tier_test.cc)
 include(tier/parallel_fs_sources.cmake OPTIONAL)
 include(tier/nvme_sources.cmake OPTIONAL)
+include(tier/gpu_sources.cmake OPTIONAL)
+include(tier/remote_sources.cmake OPTIONAL)

@@ -87,7 +87,8 @@ std::string Resolve(const std::string& data_dir, const std::string& path) {
 
 Result<TierOptions> ParseTier(const TierNode& t, const std::string& kind, const std::string& data_dir) {
   if (kind == "cpu_dram") {
-    KVTIER_RETURN_IF_ERROR(t.CheckKeys({"kind", "name", "capacity", "numa_node", "lock_memory", "huge_pages", "shards"}));
+    KVTIER_RETURN_IF_ERROR(
+        t.CheckKeys({"kind", "name", "capacity", "numa_node", "lock_memory", "huge_pages", "shards", "pin_for_gpu"}));
     DramTierOptions o;
     if (t.Has("name")) {
       KVTIER_ASSIGN_OR_RETURN(o.name, t.String("name"));
@@ -104,6 +105,9 @@ Result<TierOptions> ParseTier(const TierNode& t, const std::string& kind, const 
     }
     if (t.Has("shards")) {
       KVTIER_ASSIGN_OR_RETURN(o.shards, t.SmallInt("shards", 1, 4096));
+    }
+    if (t.Has("pin_for_gpu")) {
+      KVTIER_ASSIGN_OR_RETURN(o.pin_for_gpu, t.Bool("pin_for_gpu"));
     }
     return TierOptions(o);
   }
@@ -125,7 +129,8 @@ Result<TierOptions> ParseTier(const TierNode& t, const std::string& kind, const 
     return TierOptions(o);
   }
   if (kind == "nvme") {
-    KVTIER_RETURN_IF_ERROR(t.CheckKeys({"kind", "name", "capacity", "files", "slot_bytes", "queue_depth", "io_uring"}));
+    KVTIER_RETURN_IF_ERROR(
+        t.CheckKeys({"kind", "name", "capacity", "files", "slot_bytes", "queue_depth", "io_uring", "recover"}));
     NvmeTierOptions o;
     if (t.Has("name")) {
       KVTIER_ASSIGN_OR_RETURN(o.name, t.String("name"));
@@ -143,6 +148,9 @@ Result<TierOptions> ParseTier(const TierNode& t, const std::string& kind, const 
     }
     if (t.Has("io_uring")) {
       KVTIER_ASSIGN_OR_RETURN(o.use_io_uring, t.Bool("io_uring"));
+    }
+    if (t.Has("recover")) {
+      KVTIER_ASSIGN_OR_RETURN(o.recover, t.Bool("recover"));
     }
     return TierOptions(o);
   }
@@ -174,8 +182,69 @@ Result<TierOptions> ParseTier(const TierNode& t, const std::string& kind, const 
     }
     return TierOptions(o);
   }
-  if (kind == "gpu_hbm" || kind == "remote_pool") {
-    return Status::Unsupported(t.where() + ": the " + kind + " tier is not available in this build yet");
+  if (kind == "gpu_hbm") {
+    KVTIER_RETURN_IF_ERROR(t.CheckKeys({"kind", "name", "capacity", "device", "streams", "staging"}));
+    GpuHbmTierOptions o;
+    if (t.Has("name")) {
+      KVTIER_ASSIGN_OR_RETURN(o.name, t.String("name"));
+    }
+    KVTIER_ASSIGN_OR_RETURN(o.capacity_bytes, t.Bytes("capacity"));
+    if (t.Has("device")) {
+      KVTIER_ASSIGN_OR_RETURN(o.device, t.SmallInt("device", 0, 1023));
+    }
+    if (t.Has("streams")) {
+      KVTIER_ASSIGN_OR_RETURN(o.streams, t.SmallInt("streams", 1, 16));
+    }
+    if (t.Has("staging")) {
+      KVTIER_ASSIGN_OR_RETURN(o.staging_bytes, t.Bytes("staging"));
+    }
+    return TierOptions(o);
+  }
+  if (kind == "remote_pool") {
+    KVTIER_RETURN_IF_ERROR(t.CheckKeys({"kind", "name", "capacity", "topology", "endpoints", "key_prefix", "password",
+                                        "connections_per_node", "timeout_ms", "reconnect_interval_ms", "virtual_nodes",
+                                        "ttl_seconds"}));
+    RemoteTierOptions o;
+    if (t.Has("name")) {
+      KVTIER_ASSIGN_OR_RETURN(o.name, t.String("name"));
+    }
+    if (t.Has("capacity")) {
+      KVTIER_ASSIGN_OR_RETURN(o.capacity_bytes, t.Bytes("capacity"));
+    }
+    if (t.Has("topology")) {
+      KVTIER_ASSIGN_OR_RETURN(std::string topology, t.String("topology"));
+      if (topology == "cluster") {
+        o.topology = RemoteTopology::kCluster;
+      } else if (topology == "hash_ring") {
+        o.topology = RemoteTopology::kHashRing;
+      } else {
+        return Status::InvalidArgument(t.where() + ": topology must be cluster or hash_ring, got '" + topology + "'");
+      }
+    }
+    KVTIER_ASSIGN_OR_RETURN(o.endpoints, t.Strings("endpoints"));
+    if (t.Has("key_prefix")) {
+      KVTIER_ASSIGN_OR_RETURN(o.key_prefix, t.String("key_prefix"));
+    }
+    if (t.Has("password")) {
+      KVTIER_ASSIGN_OR_RETURN(o.password, t.String("password"));
+    }
+    if (t.Has("connections_per_node")) {
+      KVTIER_ASSIGN_OR_RETURN(o.connections_per_node, t.SmallInt("connections_per_node", 1, 64));
+    }
+    if (t.Has("timeout_ms")) {
+      KVTIER_ASSIGN_OR_RETURN(o.timeout_ms, t.SmallInt("timeout_ms", 1, 600000));
+    }
+    if (t.Has("reconnect_interval_ms")) {
+      KVTIER_ASSIGN_OR_RETURN(o.reconnect_interval_ms, t.SmallInt("reconnect_interval_ms", 1, 3600000));
+    }
+    if (t.Has("virtual_nodes")) {
+      KVTIER_ASSIGN_OR_RETURN(o.virtual_nodes, t.SmallInt("virtual_nodes", 1, 4096));
+    }
+    if (t.Has("ttl_seconds")) {
+      KVTIER_ASSIGN_OR_RETURN(int64_t ttl, t.Int("ttl_seconds", 0, int64_t{365} * 24 * 3600));
+      o.ttl_seconds = static_cast<uint32_t>(ttl);
+    }
+    return TierOptions(o);
   }
   return Status::InvalidArgument(t.where() + ": unknown kind '" + kind +
                                  "' (expected gpu_hbm, cpu_dram, cxl_memory, nvme, remote_pool or parallel_fs)");
@@ -262,6 +331,10 @@ Result<std::vector<std::unique_ptr<Tier>>> OpenTiers(const TierConfig& config) {
       tier = NewNvmeTier(*nvme);
     } else if (const auto* pfs = std::get_if<ParallelFsTierOptions>(&options)) {
       tier = NewParallelFsTier(*pfs);
+    } else if (const auto* gpu = std::get_if<GpuHbmTierOptions>(&options)) {
+      tier = NewGpuHbmTier(*gpu);
+    } else if (const auto* remote = std::get_if<RemoteTierOptions>(&options)) {
+      tier = NewRemoteTier(*remote);
     }
     if (!tier.ok()) return tier.status().WithContext("tier " + std::to_string(i));
     tiers.push_back(std::move(*tier));

@@ -19,18 +19,24 @@ std::string ErrorOf(const std::string& yaml) {
 TEST(TierConfig, TheAnnotatedExampleParses) {
   Result<TierConfig> config = LoadTierConfig(std::string(KVTIER_TEST_FIXTURES) + "/../../examples/tiers-full.yaml");
   ASSERT_TRUE(config.ok()) << config.status().ToString();
-  ASSERT_EQ(config->tiers.size(), 4u);
-  const auto& dram = std::get<DramTierOptions>(config->tiers[0]);
+  ASSERT_EQ(config->tiers.size(), 6u);
+  EXPECT_EQ(std::get<GpuHbmTierOptions>(config->tiers[0]).capacity_bytes, uint64_t{40} << 30);
+  const auto& dram = std::get<DramTierOptions>(config->tiers[1]);
   EXPECT_EQ(dram.capacity_bytes, uint64_t{64} << 30);
   EXPECT_EQ(dram.numa_node, 0);
-  const auto& cxl = std::get<CxlTierOptions>(config->tiers[1]);
+  const auto& cxl = std::get<CxlTierOptions>(config->tiers[2]);
   EXPECT_EQ(cxl.path, "/dev/dax0.0");
   EXPECT_EQ(cxl.numa_node, 2);
-  const auto& nvme = std::get<NvmeTierOptions>(config->tiers[2]);
+  const auto& nvme = std::get<NvmeTierOptions>(config->tiers[3]);
   EXPECT_EQ(nvme.files, (std::vector<std::string>{"/var/lib/kvtier/nvme/slab.0", "/var/lib/kvtier/nvme/slab.1"}));
   EXPECT_EQ(nvme.capacity_bytes, 2'000'000'000'000ull);
   EXPECT_EQ(nvme.queue_depth, 64);
-  const auto& pfs = std::get<ParallelFsTierOptions>(config->tiers[3]);
+  EXPECT_TRUE(nvme.recover);
+  const auto& remote = std::get<RemoteTierOptions>(config->tiers[4]);
+  EXPECT_EQ(remote.topology, RemoteTopology::kCluster);
+  EXPECT_EQ(remote.endpoints.size(), 2u);
+  EXPECT_EQ(remote.capacity_bytes, 1'000'000'000'000ull);
+  const auto& pfs = std::get<ParallelFsTierOptions>(config->tiers[5]);
   EXPECT_EQ(pfs.directory, "/lustre/kvtier");
   EXPECT_EQ(pfs.fsync, FsyncPolicy::kFile);
 }
@@ -48,8 +54,35 @@ TEST(TierConfig, MistakesAreNamed) {
             std::string::npos);
   EXPECT_NE(ErrorOf("tiers:\n  - kind: parallel_fs\n    directory: d\n    fsync: always\n").find("fsync must be"),
             std::string::npos);
-  Result<TierConfig> gpu = ParseTierConfig("tiers:\n  - kind: gpu_hbm\n    capacity: 1GiB\n", "t.yaml");
-  EXPECT_EQ(gpu.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(ErrorOf("tiers:\n  - kind: remote_pool\n    endpoints: [a:1]\n    topology: mesh\n").find("topology must be"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("tiers:\n  - kind: remote_pool\n    topology: cluster\n").find("'endpoints'"), std::string::npos);
+  EXPECT_NE(ErrorOf("tiers:\n  - kind: gpu_hbm\n    capacity: 1GiB\n    streams: 99\n").find("streams"),
+            std::string::npos);
+}
+
+TEST(TierConfig, GpuAndRemoteTiers) {
+  Result<TierConfig> config = ParseTierConfig(
+      "tiers:\n"
+      "  - kind: gpu_hbm\n    capacity: 2GiB\n    device: 1\n    streams: 4\n    staging: 16MiB\n"
+      "  - kind: remote_pool\n    topology: hash_ring\n    endpoints: [10.0.0.1:6379, 10.0.0.2:6379]\n"
+      "    connections_per_node: 8\n    timeout_ms: 250\n    ttl_seconds: 3600\n    key_prefix: \"kv:\"\n"
+      "  - kind: nvme\n    files: [a]\n    capacity: 1GiB\n    recover: false\n",
+      "t.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  const auto& gpu = std::get<GpuHbmTierOptions>(config->tiers[0]);
+  EXPECT_EQ(gpu.capacity_bytes, uint64_t{2} << 30);
+  EXPECT_EQ(gpu.device, 1);
+  EXPECT_EQ(gpu.streams, 4);
+  EXPECT_EQ(gpu.staging_bytes, uint64_t{16} << 20);
+  const auto& remote = std::get<RemoteTierOptions>(config->tiers[1]);
+  EXPECT_EQ(remote.topology, RemoteTopology::kHashRing);
+  EXPECT_EQ(remote.endpoints, (std::vector<std::string>{"10.0.0.1:6379", "10.0.0.2:6379"}));
+  EXPECT_EQ(remote.connections_per_node, 8);
+  EXPECT_EQ(remote.timeout_ms, 250);
+  EXPECT_EQ(remote.ttl_seconds, 3600u);
+  EXPECT_EQ(remote.key_prefix, "kv:");
+  EXPECT_FALSE(std::get<NvmeTierOptions>(config->tiers[2]).recover);
 }
 
 TEST(TierConfig, DefaultIsDramThenNvmeUnderTheDataDir) {

@@ -11,6 +11,7 @@
 
 #include "kvtier/tiers.h"
 #include "testing/faulty_tier.h"
+#include "testing/redis_server.h"
 
 namespace kvtier {
 namespace {
@@ -21,6 +22,24 @@ struct TierFactory {
   const char* name;
   std::function<std::unique_ptr<Tier>(const std::string& scratch_dir)> make;
 };
+// Names the tier in test listings (instead of the factory's bytes).
+void PrintTo(const TierFactory& factory, std::ostream* os) { *os << factory.name; }
+
+
+// Set by a factory that cannot make its tier on this machine or build (no GPU, say): the
+// tests of that factory are skipped with this reason instead of failing.
+std::string factory_skip_reason;
+
+// The GPU tier where a CUDA device answers; elsewhere a skip (Unsupported without CUDA,
+// Unavailable without a GPU or driver). 1 MiB staging, so that blocks cross several chunks.
+std::unique_ptr<Tier> MakeGpuHbm(const std::string&) {
+  Result<std::unique_ptr<Tier>> tier = NewGpuHbmTier({.capacity_bytes = kCapacity, .staging_bytes = 1u << 20});
+  if (tier.ok()) return std::move(*tier);
+  const StatusCode code = tier.status().code();
+  EXPECT_TRUE(code == StatusCode::kUnsupported || code == StatusCode::kUnavailable) << tier.status().ToString();
+  factory_skip_reason = "no GPU HBM tier here: " + tier.status().ToString();
+  return nullptr;
+}
 
 std::unique_ptr<Tier> MakeDram(const std::string&) {
   Result<std::unique_ptr<Tier>> tier = NewDramTier({.capacity_bytes = kCapacity, .lock_memory = false});
@@ -28,9 +47,24 @@ std::unique_ptr<Tier> MakeDram(const std::string&) {
   return tier.ok() ? std::move(*tier) : nullptr;
 }
 
+// The remote pool as the tests can have it: a hash ring over one redis-server, started on
+// first use for the whole test binary (and killed at exit); each test gets its own key prefix.
+std::unique_ptr<Tier> MakeRemoteRing(const std::string& dir) {
+  static const Result<std::unique_ptr<testing::RedisServers>> server = testing::RedisServers::StartStandalone(1);
+  EXPECT_TRUE(server.ok()) << server.status().ToString();
+  if (!server.ok()) return nullptr;
+  Result<std::unique_ptr<Tier>> tier = NewRemoteTier({.topology = RemoteTopology::kHashRing,
+                                                      .endpoints = (*server)->endpoints(),
+                                                      .capacity_bytes = kCapacity,
+                                                      .key_prefix = std::filesystem::path(dir).filename().string() + ":"});
+  EXPECT_TRUE(tier.ok()) << tier.status().ToString();
+  return tier.ok() ? std::move(*tier) : nullptr;
+}
+
 std::vector<TierFactory> Factories() {
   std::vector<TierFactory> factories = {
       {"Dram", MakeDram},
+      {"GpuHbm", MakeGpuHbm},
       {"FaultyTierOverDram", [](const std::string& dir) -> std::unique_ptr<Tier> {
          return std::make_unique<testing::FaultyTier>(MakeDram(dir));
        }},
@@ -58,6 +92,7 @@ std::vector<TierFactory> Factories() {
          return tier.ok() ? std::move(*tier) : nullptr;
        }},
   };
+  if (testing::RedisServers::Available()) factories.push_back({"RemoteRingOnRedisServer", MakeRemoteRing});
   return factories;
 }
 
@@ -76,7 +111,9 @@ class TierConformance : public ::testing::TestWithParam<TierFactory> {
             ("kvtier-tier-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++)))
                .string();
     std::filesystem::create_directories(dir_);
+    factory_skip_reason.clear();
     tier_ = GetParam().make(dir_);
+    if (tier_ == nullptr && !factory_skip_reason.empty()) GTEST_SKIP() << factory_skip_reason;
     ASSERT_NE(tier_, nullptr);
   }
   void TearDown() override {

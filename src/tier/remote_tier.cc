@@ -1,0 +1,505 @@
+// The remote-pool tier (remote_tier.h has the value format, batching and locking).
+#include "tier/remote_tier.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <unordered_map>
+
+namespace kvtier {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "the value header is written in host order");
+
+// On the wire: do not change.
+constexpr uint64_t kMagic = 0x31305444524d5456ull;  // "VTMRDT01" read as little-endian bytes
+constexpr uint32_t kVersion = 1;
+constexpr std::size_t kHeaderBytes = RemoteTier::kHeaderBytes;
+
+// A pipeline queues at most this much before reading replies, so that neither side buffers
+// a whole batch.
+constexpr std::size_t kWindowCommands = 256;
+constexpr std::size_t kWindowBytes = 32u << 20;
+// Fewer operations than this per connection are not worth another thread.
+constexpr std::size_t kMinOpsPerConnection = 2;
+
+// Deletes KEYS[1] when it still holds ARGV[1]: a corrupt value is dropped, a newer one kept.
+constexpr std::string_view kDeleteIfUnchangedScript =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+void Put64(char* at, uint64_t value) { std::memcpy(at, &value, sizeof value); }
+void Put32(char* at, uint32_t value) { std::memcpy(at, &value, sizeof value); }
+uint64_t Get64(const char* at) {
+  uint64_t value = 0;
+  std::memcpy(&value, at, sizeof value);
+  return value;
+}
+uint32_t Get32(const char* at) {
+  uint32_t value = 0;
+  std::memcpy(&value, at, sizeof value);
+  return value;
+}
+
+// The value for `payload`: header then payload, copied and checksummed in one pass.
+void EncodeValue(const BlockKey& key, std::span<const std::byte> payload, std::string& value) {
+  value.resize(kHeaderBytes + payload.size());
+  char* data = value.data();
+  const uint64_t checksum =
+      CopyWithChecksum(std::span(reinterpret_cast<std::byte*>(data + kHeaderBytes), payload.size()), payload);
+  Put64(data + 0, kMagic);
+  Put32(data + 8, kVersion);
+  Put32(data + 12, static_cast<uint32_t>(kHeaderBytes));
+  Put64(data + 16, key.hi);
+  Put64(data + 24, key.lo);
+  Put64(data + 32, payload.size());
+  Put64(data + 40, checksum);
+}
+
+struct ValueHeader {
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+};
+
+// The header of `value` stored under `key`, or what is wrong with it.
+Result<ValueHeader> DecodeHeader(std::string_view value, const BlockKey& key) {
+  if (value.size() < kHeaderBytes) {
+    return Status::Corruption("value of " + std::to_string(value.size()) + " bytes is shorter than its header");
+  }
+  const char* data = value.data();
+  if (Get64(data) != kMagic || Get32(data + 8) != kVersion || Get32(data + 12) != kHeaderBytes) {
+    return Status::Corruption("bad magic, version or header size");
+  }
+  if (Get64(data + 16) != key.hi || Get64(data + 24) != key.lo) {
+    return Status::Corruption("the header names another key");
+  }
+  const ValueHeader header{.size = Get64(data + 32), .checksum = Get64(data + 40)};
+  if (header.size != value.size() - kHeaderBytes) {
+    return Status::Corruption("header says " + std::to_string(header.size) + " payload bytes, value holds " +
+                              std::to_string(value.size() - kHeaderBytes));
+  }
+  return header;
+}
+
+bool IsOkStatusReply(const redisReply& reply) {
+  return reply.type == REDIS_REPLY_STATUS && ReplyText(reply) == "OK";
+}
+
+}  // namespace
+
+Status RemoteTierOptions::Validate() const {
+  const std::string who = "remote tier '" + name + "'";
+  if (endpoints.empty()) return Status::InvalidArgument(who + ": endpoints must name at least one host:port");
+  const bool ring = topology == RemoteTopology::kHashRing;
+  if (!ring && topology != RemoteTopology::kCluster) {
+    return Status::InvalidArgument(who + ": unknown topology " + std::to_string(static_cast<int>(topology)));
+  }
+  std::vector<std::string> seen;
+  for (std::size_t i = 0; i < endpoints.size(); ++i) {
+    Result<RedisEndpoint> endpoint = ParseRedisEndpoint(endpoints[i], ring);
+    if (!endpoint.ok()) return endpoint.status().WithContext(who + ": endpoints[" + std::to_string(i) + "]");
+    const std::string address = endpoint->ToString();
+    if (std::find(seen.begin(), seen.end(), address) != seen.end()) {
+      return Status::InvalidArgument(who + ": endpoint '" + address + "' is listed twice");
+    }
+    seen.push_back(address);
+  }
+  if (!ring && key_prefix.find_first_of("{}") != std::string::npos) {
+    return Status::InvalidArgument(who + ": key_prefix '" + key_prefix +
+                                   "' contains '{' or '}': a hash tag would put every block in one cluster slot");
+  }
+  auto in_range = [&](const char* field, int value, int low, int high) -> Status {
+    if (value >= low && value <= high) return Status::Ok();
+    return Status::InvalidArgument(who + ": " + field + " must be " + std::to_string(low) + " to " +
+                                   std::to_string(high) + ", got " + std::to_string(value));
+  };
+  KVTIER_RETURN_IF_ERROR(in_range("connections_per_node", connections_per_node, 1, 64));
+  KVTIER_RETURN_IF_ERROR(in_range("timeout_ms", timeout_ms, 1, 3'600'000));
+  KVTIER_RETURN_IF_ERROR(in_range("reconnect_interval_ms", reconnect_interval_ms, 1, 3'600'000));
+  KVTIER_RETURN_IF_ERROR(in_range("virtual_nodes", virtual_nodes, 1, 65536));
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Tier>> NewRemoteTier(const RemoteTierOptions& options) {
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<RemoteTier> tier, RemoteTier::Open(options));
+  return std::unique_ptr<Tier>(std::move(tier));
+}
+
+Result<std::unique_ptr<RemoteTier>> RemoteTier::Open(const RemoteTierOptions& options) {
+  KVTIER_RETURN_IF_ERROR(options.Validate());
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<RedisRouter> router, RedisRouter::Create(options));
+  return std::unique_ptr<RemoteTier>(new RemoteTier(options, std::move(router)));
+}
+
+// The operations of one batch that one connection of `node` runs.
+struct RemoteTier::Chunk {
+  std::shared_ptr<RedisNode> node;
+  std::vector<std::size_t> ops;
+  std::vector<bool>* asking;                          // per operation of the batch: send ASKING first
+  std::vector<std::optional<Redirection>>* redirected;  // per operation: the redirection it got
+  bool node_failed = false;
+};
+
+void RemoteTier::RunChunk(Chunk& chunk, CommandBatch& batch) const {
+  Result<RedisNode::Lease> lease = chunk.node->Borrow();
+  if (!lease.ok()) {
+    chunk.node_failed = true;
+    for (std::size_t i : chunk.ops) batch.finish(i, lease.status());
+    return;
+  }
+  RedisConnection& connection = lease->connection();
+  RedisArgs args;
+  RedisArgs asking_command;
+  asking_command.Add("ASKING");
+  std::string scratch;
+  std::size_t answered = 0;  // operations whose reply was handled, in chunk.ops order
+  Status failure;
+  while (answered < chunk.ops.size() && failure.ok()) {
+    // Queue a window of commands, then read its replies.
+    std::size_t queued = answered;
+    std::size_t window_bytes = 0;
+    while (failure.ok() && queued < chunk.ops.size() && queued - answered < kWindowCommands &&
+           window_bytes < kWindowBytes) {
+      const std::size_t i = chunk.ops[queued];
+      if ((*chunk.asking)[i]) failure = connection.Append(asking_command);
+      args.Clear();
+      batch.build(i, args, scratch);
+      window_bytes += args.bytes();
+      if (failure.ok()) failure = connection.Append(args);
+      ++queued;
+    }
+    for (; answered < queued && failure.ok(); ++answered) {
+      const std::size_t i = chunk.ops[answered];
+      if ((*chunk.asking)[i]) {
+        Result<RedisReply> asking_reply = connection.GetReply();  // "+OK"
+        if (!asking_reply.ok()) {
+          failure = asking_reply.status();
+          break;
+        }
+      }
+      Result<RedisReply> reply = connection.GetReply();
+      if (!reply.ok()) {
+        failure = reply.status();
+        break;
+      }
+      if (std::optional<Redirection> redirection = ParseRedirection(**reply)) {
+        (*chunk.redirected)[i] = std::move(redirection);
+      } else {
+        batch.finish(i, std::move(reply));
+      }
+    }
+  }
+  if (failure.ok()) return;
+  // The connection is gone, and with it the replies not read yet: those operations failed
+  // (a write among them may or may not have been applied).
+  lease->Fail();
+  chunk.node_failed = true;
+  for (std::size_t k = answered; k < chunk.ops.size(); ++k) batch.finish(chunk.ops[k], failure);
+}
+
+void RemoteTier::Run(CommandBatch& batch) const {
+  const std::size_t count = batch.keys.size();
+  std::vector<bool> asking(count, false);
+  std::vector<std::shared_ptr<RedisNode>> ask_target(count);
+  std::vector<std::optional<Redirection>> redirected(count);
+  std::vector<std::size_t> pending(count);
+  std::iota(pending.begin(), pending.end(), std::size_t{0});
+  for (int round = 0; !pending.empty(); ++round) {
+    // Group by node, then split each node's group over its connections.
+    std::unordered_map<RedisNode*, std::pair<std::shared_ptr<RedisNode>, std::vector<std::size_t>>> groups;
+    bool node_failed = false;
+    for (std::size_t i : pending) {
+      std::shared_ptr<RedisNode> node = ask_target[i] ? ask_target[i] : router_->NodeFor(batch.keys[i]);
+      if (node == nullptr) {
+        node_failed = true;
+        batch.finish(i, Status::Unavailable(name() + ": no cluster node serves the slot of " + batch.keys[i]));
+        continue;
+      }
+      auto& group = groups[node.get()];
+      group.first = std::move(node);
+      group.second.push_back(i);
+    }
+    std::vector<Chunk> chunks;
+    for (auto& [unused, group] : groups) {
+      const std::size_t ops = group.second.size();
+      const std::size_t parts =
+          std::clamp<std::size_t>(ops / kMinOpsPerConnection, 1, static_cast<std::size_t>(group.first->max_connections()));
+      for (std::size_t part = 0; part < parts; ++part) {
+        const std::size_t begin = ops * part / parts, end = ops * (part + 1) / parts;
+        chunks.push_back({.node = group.first,
+                          .ops = std::vector<std::size_t>(group.second.begin() + static_cast<std::ptrdiff_t>(begin),
+                                                          group.second.begin() + static_cast<std::ptrdiff_t>(end)),
+                          .asking = &asking,
+                          .redirected = &redirected});
+      }
+    }
+    std::vector<std::thread> workers;
+    for (std::size_t c = 1; c < chunks.size(); ++c) workers.emplace_back([&, c] { RunChunk(chunks[c], batch); });
+    if (!chunks.empty()) RunChunk(chunks[0], batch);
+    for (std::thread& worker : workers) worker.join();
+    for (const Chunk& chunk : chunks) node_failed |= chunk.node_failed;
+
+    std::vector<std::size_t> next;
+    bool moved = false;
+    for (std::size_t i : pending) {
+      if (!redirected[i]) continue;
+      const Redirection redirection = *std::exchange(redirected[i], std::nullopt);
+      if (round + 1 >= kMaxRedirections) {
+        batch.finish(i, Status::Unavailable(name() + ": " + batch.keys[i] + " was redirected " +
+                                            std::to_string(kMaxRedirections) + " times; the cluster is resharding"));
+        continue;
+      }
+      asking[i] = redirection.ask;
+      ask_target[i] = nullptr;
+      if (redirection.ask) {
+        ask_target[i] = router_->NodeAt(redirection.address);
+      } else {
+        router_->ApplyMoved(redirection);
+        moved = true;
+      }
+      next.push_back(i);
+    }
+    if (moved) router_->RefreshSlots(/*force=*/true);
+    if (node_failed) router_->RefreshSlots(/*force=*/false);
+    pending = std::move(next);
+  }
+}
+
+// Counts an operation that met a node that is down or unreachable.
+Status RemoteTier::NodeUnavailable(Status status) const {
+  unavailable_.fetch_add(1, std::memory_order_relaxed);
+  return status;
+}
+
+Result<uint64_t> RemoteTier::Reserve(const BlockKey& key, uint64_t size) {
+  if (options_.capacity_bytes == 0) return uint64_t{0};
+  uint64_t old_size = 0;
+  {
+    Shard& shard = ShardFor(key);
+    std::lock_guard lock(shard.mutex);
+    if (auto it = shard.sizes.find(key); it != shard.sizes.end()) old_size = it->second;
+  }
+  const uint64_t growth = size > old_size ? size - old_size : 0;
+  uint64_t accounted = accounted_bytes_.load(std::memory_order_relaxed);
+  do {
+    if (accounted + growth > options_.capacity_bytes) {
+      return Status::ResourceExhausted(name() + " is full: " + std::to_string(accounted) + " of " +
+                                       std::to_string(options_.capacity_bytes) + " bytes written, block " +
+                                       key.ToHex() + " needs " + std::to_string(growth) + " more; evict blocks first");
+    }
+  } while (!accounted_bytes_.compare_exchange_weak(accounted, accounted + growth, std::memory_order_relaxed));
+  return growth;
+}
+
+void RemoteTier::Commit(const BlockKey& key, uint64_t size, uint64_t reservation) {
+  Shard& shard = ShardFor(key);
+  std::lock_guard lock(shard.mutex);
+  auto [it, inserted] = shard.sizes.try_emplace(key, 0);
+  const uint64_t old_size = it->second;
+  it->second = size;
+  if (inserted) blocks_.fetch_add(1, std::memory_order_relaxed);
+  // Add before subtracting: the sums never pass below zero.
+  used_bytes_.fetch_add(size, std::memory_order_relaxed);
+  used_bytes_.fetch_sub(old_size, std::memory_order_relaxed);
+  accounted_bytes_.fetch_add(size, std::memory_order_relaxed);
+  accounted_bytes_.fetch_sub(old_size + reservation, std::memory_order_relaxed);
+}
+
+void RemoteTier::Forget(const BlockKey& key) const {
+  Shard& shard = ShardFor(key);
+  std::lock_guard lock(shard.mutex);
+  auto it = shard.sizes.find(key);
+  if (it == shard.sizes.end()) return;
+  used_bytes_.fetch_sub(it->second, std::memory_order_relaxed);
+  accounted_bytes_.fetch_sub(it->second, std::memory_order_relaxed);
+  blocks_.fetch_sub(1, std::memory_order_relaxed);
+  shard.sizes.erase(it);
+}
+
+Status RemoteTier::Write(const BlockKey& key, std::span<const std::byte> payload) {
+  const WriteOp op{key, payload};
+  return std::move(WriteBatch({&op, 1})[0]);
+}
+
+Result<std::size_t> RemoteTier::Read(const BlockKey& key, std::span<std::byte> out) {
+  const ReadOp op{key, out};
+  return std::move(ReadBatch({&op, 1})[0]);
+}
+
+std::vector<Status> RemoteTier::WriteBatch(std::span<const WriteOp> ops) {
+  std::vector<Status> results(ops.size());
+  std::vector<std::size_t> admitted;  // indices into ops, in batch order
+  std::vector<uint64_t> reservations;
+  CommandBatch batch;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].payload.empty()) {
+      results[i] = Status::InvalidArgument(name() + ": cannot store an empty payload (block " + ops[i].key.ToHex() + ")");
+      continue;
+    }
+    Result<uint64_t> reservation = Reserve(ops[i].key, ops[i].payload.size());
+    if (!reservation.ok()) {
+      results[i] = reservation.status();
+      continue;
+    }
+    admitted.push_back(i);
+    reservations.push_back(*reservation);
+    batch.keys.push_back(RedisKey(ops[i].key));
+  }
+  const std::string ttl = std::to_string(options_.ttl_seconds);
+  batch.build = [&](std::size_t k, RedisArgs& args, std::string& scratch) {
+    const WriteOp& op = ops[admitted[k]];
+    EncodeValue(op.key, op.payload, scratch);
+    args.Add("SET").Add(batch.keys[k]).Add(scratch);
+    if (options_.ttl_seconds > 0) args.Add("EX").Add(ttl);
+  };
+  batch.finish = [&](std::size_t k, Result<RedisReply> reply) {
+    const WriteOp& op = ops[admitted[k]];
+    Status& result = results[admitted[k]];
+    if (!reply.ok()) {
+      result = NodeUnavailable(reply.status().WithContext(name() + ": writing block " + op.key.ToHex()));
+    } else if (!IsOkStatusReply(**reply)) {
+      result = IsErrorReply(**reply) ? ErrorReplyStatus(**reply, name() + ": SET " + batch.keys[k])
+                                     : Status::IoError(name() + ": SET " + batch.keys[k] + ": unexpected reply type " +
+                                                       std::to_string((*reply)->type));
+      if (result.code() == StatusCode::kUnavailable) unavailable_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      Commit(op.key, op.payload.size(), reservations[k]);
+      counters_.writes.fetch_add(1, std::memory_order_relaxed);
+      counters_.write_bytes.fetch_add(op.payload.size(), std::memory_order_relaxed);
+      return;
+    }
+    Release(reservations[k]);
+  };
+  Run(batch);
+  for (const Status& status : results) {
+    if (!status.ok()) counters_.write_failures.fetch_add(1, std::memory_order_relaxed);
+  }
+  return results;
+}
+
+std::vector<Result<std::size_t>> RemoteTier::ReadBatch(std::span<const ReadOp> ops) {
+  std::vector<Result<std::size_t>> results(ops.size(), Result<std::size_t>(Status::Internal("read not run")));
+  std::vector<std::string> corrupt_values(ops.size());  // the bytes to compare-and-delete
+  CommandBatch batch;
+  for (const ReadOp& op : ops) batch.keys.push_back(RedisKey(op.key));
+  auto miss = [&](std::size_t i, std::string why) {
+    counters_.read_misses.fetch_add(1, std::memory_order_relaxed);
+    results[i] = Status::NotFound(name() + ": block " + ops[i].key.ToHex() + " " + why);
+  };
+  batch.build = [&](std::size_t i, RedisArgs& args, std::string&) { args.Add("GET").Add(batch.keys[i]); };
+  batch.finish = [&](std::size_t i, Result<RedisReply> reply) {
+    const ReadOp& op = ops[i];
+    if (!reply.ok()) {
+      unavailable_.fetch_add(1, std::memory_order_relaxed);
+      return miss(i, "is unreachable: " + reply.status().message());
+    }
+    const redisReply& value_reply = **reply;
+    if (value_reply.type == REDIS_REPLY_NIL) {
+      Forget(op.key);  // expired, evicted by the server, or lost with a restarted node
+      return miss(i, "is not here");
+    }
+    if (value_reply.type != REDIS_REPLY_STRING) {
+      Status status = IsErrorReply(value_reply) ? ErrorReplyStatus(value_reply, name() + ": GET " + batch.keys[i])
+                                                : Status::IoError(name() + ": GET " + batch.keys[i] +
+                                                                  ": unexpected reply type " +
+                                                                  std::to_string(value_reply.type));
+      if (status.code() == StatusCode::kUnavailable) {
+        unavailable_.fetch_add(1, std::memory_order_relaxed);
+        return miss(i, "is unreachable: " + status.message());
+      }
+      results[i] = std::move(status);
+      return;
+    }
+    const std::string_view value = ReplyText(value_reply);
+    Result<ValueHeader> header = DecodeHeader(value, op.key);
+    if (header.ok() && op.out.size() < header->size) {
+      results[i] = Status::InvalidArgument(name() + ": a buffer of " + std::to_string(op.out.size()) +
+                                           " bytes cannot hold block " + op.key.ToHex() + " of " +
+                                           std::to_string(header->size));
+      return;
+    }
+    if (header.ok()) {
+      const auto payload = std::span(reinterpret_cast<const std::byte*>(value.data() + kHeaderBytes), header->size);
+      if (CopyWithChecksum(op.out, payload) == header->checksum) {
+        counters_.reads.fetch_add(1, std::memory_order_relaxed);
+        counters_.read_bytes.fetch_add(header->size, std::memory_order_relaxed);
+        results[i] = static_cast<std::size_t>(header->size);
+        return;
+      }
+      header = Status::Corruption("the payload fails its checksum");
+    }
+    counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);
+    corrupt_values[i] = std::string(value);
+    results[i] = header.status().WithContext(name() + ": block " + op.key.ToHex() + " (" + batch.keys[i] +
+                                             ") is corrupt and was dropped");
+  };
+  Run(batch);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (results[i].status().code() != StatusCode::kCorruption) continue;
+    DeleteIfUnchanged(batch.keys[i], corrupt_values[i]);
+    Forget(ops[i].key);
+  }
+  return results;
+}
+
+void RemoteTier::DeleteIfUnchanged(const std::string& redis_key, std::string_view value) const {
+  CommandBatch batch;
+  batch.keys.push_back(redis_key);
+  batch.build = [&](std::size_t, RedisArgs& args, std::string&) {
+    args.Add("EVAL").Add(kDeleteIfUnchangedScript).Add("1").Add(redis_key).Add(value);
+  };
+  batch.finish = [](std::size_t, Result<RedisReply>) {};  // best effort: the next Read checks again
+  Run(batch);
+}
+
+std::optional<std::size_t> RemoteTier::Size(const BlockKey& key) const {
+  std::optional<std::size_t> size;
+  CommandBatch batch;
+  batch.keys.push_back(RedisKey(key));
+  batch.build = [&](std::size_t, RedisArgs& args, std::string&) { args.Add("STRLEN").Add(batch.keys[0]); };
+  batch.finish = [&](std::size_t, Result<RedisReply> reply) {
+    if (!reply.ok()) {
+      unavailable_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    // STRLEN is 0 for a missing key; a value too short for its header is not a block.
+    if ((*reply)->type == REDIS_REPLY_INTEGER && (*reply)->integer > static_cast<long long>(kHeaderBytes)) {
+      size = static_cast<std::size_t>((*reply)->integer) - kHeaderBytes;
+    }
+  };
+  Run(batch);
+  return size;
+}
+
+Status RemoteTier::Evict(const BlockKey& key) {
+  Status result = Status::Internal("evict not run");
+  CommandBatch batch;
+  batch.keys.push_back(RedisKey(key));
+  batch.build = [&](std::size_t, RedisArgs& args, std::string&) { args.Add("UNLINK").Add(batch.keys[0]); };
+  batch.finish = [&](std::size_t, Result<RedisReply> reply) {
+    if (!reply.ok()) {
+      result = NodeUnavailable(reply.status().WithContext(name() + ": evicting block " + key.ToHex()));
+    } else if ((*reply)->type != REDIS_REPLY_INTEGER) {
+      result = IsErrorReply(**reply) ? ErrorReplyStatus(**reply, name() + ": UNLINK " + batch.keys[0])
+                                     : Status::IoError(name() + ": UNLINK " + batch.keys[0] + ": unexpected reply type");
+    } else {
+      Forget(key);
+      result = (*reply)->integer > 0 ? Status::Ok() : Status::NotFound(name() + ": block " + key.ToHex() + " is not here");
+    }
+  };
+  Run(batch);
+  if (result.ok()) counters_.evictions.fetch_add(1, std::memory_order_relaxed);
+  return result;
+}
+
+TierStats RemoteTier::GetStats() const {
+  TierStats stats;
+  counters_.Fill(stats);
+  stats.capacity_bytes = options_.capacity_bytes;
+  stats.used_bytes = used_bytes_.load(std::memory_order_relaxed);
+  stats.blocks = blocks_.load(std::memory_order_relaxed);
+  return stats;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,124 @@
+// T4 remote-pool tier (RemoteTierOptions in tiers.h): blocks as string values in Redis or
+// Valkey, routed by RedisRouter (a cluster's slot map, or a hash ring of standalone nodes)
+// to RedisNode connection pools. Made by NewRemoteTier; this header exposes the class for
+// its tests (dynamic_cast a Tier* to RemoteTier*).
+//
+// One value per block, under key_prefix + the key's 32 hex digits (no hash tag, so blocks
+// spread over every slot), written with one SET (EX ttl_seconds when set):
+//   0  u64 magic "KVTRMT01"   8 u32 version (1)   12 u32 header bytes (48)
+//   16 u64 key.hi            24 u64 key.lo        32 u64 payload bytes
+//   40 u64 payload xxh3-64 (PayloadChecksum)      48 payload
+// little-endian; on the wire and in the servers' memory: do not reorder or renumber. Redis
+// replaces a string value atomically, so a GET sees the old value or the new one. Every
+// Read checks magic, version, key, length and checksum; a value that fails is Corruption,
+// counted, and deleted from the server unless a writer replaced it meanwhile (a Lua
+// compare-and-delete).
+//
+// Batches: the operations are grouped by node, and each node's group is split over up to
+// connections_per_node connections, one thread per connection, each pipelining its part
+// (commands appended in windows, then their replies read). MOVED updates the slot map and
+// retries, ASK sends ASKING and the command to the importing node; at most
+// kMaxRedirections rounds.
+//
+// A node that failed (see redis_node.h) makes its operations fail fast: reads are NotFound
+// misses, writes and evictions Unavailable, Size nullopt; each such operation is counted in
+// unavailable_operations(). In cluster mode it also triggers a slot-map refresh.
+//
+// Accounting: used bytes, blocks and capacity count what this client wrote and has not
+// evicted (a local map, key -> payload bytes, in lock shards); a read that finds a block
+// gone (expired, or lost with a restarted node) drops it from the map. Size() asks the
+// server (STRLEN), so it sees blocks other clients wrote too. The map follows the server
+// only approximately when one key is written and read (or evicted) at the same time: a
+// read that missed just before a concurrent first write landed may drop that write's entry,
+// so used bytes can undercount until the block is evicted; no server-side version is kept
+// to order the two.
+//
+// Thread-safety: every method may be called concurrently. Locks: each accounting shard's
+// mutex (never held across a network call, never two at once), plus the router's and the
+// nodes' own (redis_router.h, redis_node.h), taken without holding a shard's.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kvtier/tiers.h"
+#include "tier/redis_router.h"
+#include "tier/tier_counters.h"
+
+namespace kvtier {
+
+class RemoteTier final : public Tier {
+ public:
+  static constexpr std::size_t kHeaderBytes = 48;
+  static constexpr int kMaxRedirections = 5;
+
+  static Result<std::unique_ptr<RemoteTier>> Open(const RemoteTierOptions& options);
+
+  TierKind kind() const override { return TierKind::kRemotePool; }
+  const std::string& name() const override { return options_.name; }
+  Status Write(const BlockKey& key, std::span<const std::byte> payload) override;
+  Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override;
+  std::optional<std::size_t> Size(const BlockKey& key) const override;
+  Status Evict(const BlockKey& key) override;
+  TierStats GetStats() const override;
+  std::vector<Status> WriteBatch(std::span<const WriteOp> ops) override;
+  std::vector<Result<std::size_t>> ReadBatch(std::span<const ReadOp> ops) override;
+
+  // Operations that met a node marked down (or a cluster that refused service).
+  uint64_t unavailable_operations() const { return unavailable_.load(std::memory_order_relaxed); }
+  // The Redis key that holds `key`'s block (for tests that damage values).
+  std::string RedisKey(const BlockKey& key) const { return options_.key_prefix + key.ToHex(); }
+
+ private:
+  // A pipelined batch of single-key commands. `build` fills the command for operation i
+  // (into `args`, with bytes it needs in `scratch`, which lives until the command is
+  // queued); `finish` receives its reply (never a redirection) or why there is none. Both
+  // run on worker threads, concurrently for different i.
+  struct CommandBatch {
+    std::vector<std::string> keys;
+    std::function<void(std::size_t i, RedisArgs& args, std::string& scratch)> build;
+    std::function<void(std::size_t i, Result<RedisReply> reply)> finish;
+  };
+  struct Chunk;
+
+  struct Shard {
+    std::mutex mutex;
+    std::unordered_map<BlockKey, uint64_t, BlockKeyHash> sizes;  // GUARDED_BY(mutex)
+  };
+  static constexpr std::size_t kShards = 16;
+
+  RemoteTier(RemoteTierOptions options, std::unique_ptr<RedisRouter> router)
+      : options_(std::move(options)), router_(std::move(router)) {}
+
+  void Run(CommandBatch& batch) const;
+  void RunChunk(Chunk& chunk, CommandBatch& batch) const;
+  // Deletes the value under `redis_key` if it still equals `value` (a corrupt block).
+  void DeleteIfUnchanged(const std::string& redis_key, std::string_view value) const;
+  Status NodeUnavailable(Status status) const;
+
+  Shard& ShardFor(const BlockKey& key) const { return shards_[BlockKeyHash{}(key) % kShards]; }
+  // Room for a block of `size` bytes under `key`: the bytes reserved (0 when unbounded or
+  // not growing), or ResourceExhausted.
+  Result<uint64_t> Reserve(const BlockKey& key, uint64_t size);
+  void Commit(const BlockKey& key, uint64_t size, uint64_t reservation);
+  void Release(uint64_t reservation) { accounted_bytes_.fetch_sub(reservation, std::memory_order_relaxed); }
+  void Forget(const BlockKey& key) const;
+
+  const RemoteTierOptions options_;
+  const std::unique_ptr<RedisRouter> router_;
+
+  mutable std::array<Shard, kShards> shards_;
+  mutable std::atomic<uint64_t> used_bytes_{0};       // sum of the shards' sizes
+  mutable std::atomic<uint64_t> accounted_bytes_{0};  // used_bytes_ + reservations of writes in flight
+  mutable std::atomic<uint64_t> blocks_{0};
+  mutable std::atomic<uint64_t> unavailable_{0};
+  mutable TierCounters counters_;
+};
+
+}  // namespace kvtier
