@@ -80,7 +80,8 @@ class Tier {
 
   // Copies the block into `out` and returns its size. NotFound on a miss; InvalidArgument
   // when `out` is smaller than the block (nothing copied); Corruption when the stored bytes
-  // fail their checksum (the block is dropped and counted).
+  // fail their checksum (the block is dropped and counted). After any error the contents of
+  // `out` are unspecified: tiers check the checksum while they copy.
   virtual Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) = 0;
 
   // The block's size, or nullopt when absent.

@@ -37,17 +37,6 @@ constexpr std::size_t kRecoveryBatch = 256;              // slot headers read pe
 constexpr unsigned kRings = 4;               // concurrent batches in flight before one waits
 constexpr int kReadAttempts = 3;             // reads that race with a slot's reuse retry
 
-struct FreeDeleter {
-  void operator()(std::byte* p) const { std::free(p); }
-};
-using AlignedBuffer = std::unique_ptr<std::byte, FreeDeleter>;
-
-AlignedBuffer AllocateAligned(std::size_t bytes) {
-  void* memory = nullptr;
-  if (posix_memalign(&memory, FileSlotAllocator::kAlignment, bytes) != 0) return nullptr;
-  return AlignedBuffer(static_cast<std::byte*>(memory));
-}
-
 void Put64(std::byte* at, uint64_t value) { std::memcpy(at, &value, sizeof value); }
 void Put32(std::byte* at, uint32_t value) { std::memcpy(at, &value, sizeof value); }
 uint64_t Get64(const std::byte* at) {
@@ -308,7 +297,7 @@ uint64_t NvmeTier::MetadataBytes(uint64_t file_bytes) {
 Status NvmeTier::FormatOrRecover() {
   const std::string who = "NVMe tier '" + name() + "'";
   const std::size_t n = fds_.size();
-  AlignedBuffer pages = AllocateAligned(n * kSuperblockBytes);
+  AlignedBufferPool::Buffer pages = io_buffers_.Acquire(n * kSuperblockBytes);
   if (pages == nullptr) return Status::ResourceExhausted(who + ": cannot allocate superblock buffers");
   std::vector<IoRequest> requests(n);
   for (std::size_t f = 0; f < n; ++f) {
@@ -354,7 +343,7 @@ Status NvmeTier::FormatOrRecover() {
 Status NvmeTier::Format() {
   format_id_ = NewFormatId();
   const std::size_t n = fds_.size();
-  AlignedBuffer pages = AllocateAligned(n * kSuperblockBytes);
+  AlignedBufferPool::Buffer pages = io_buffers_.Acquire(n * kSuperblockBytes);
   if (pages == nullptr) return Status::ResourceExhausted("NVMe tier '" + name() + "': cannot allocate superblock buffers");
   std::vector<IoRequest> requests(n);
   for (std::size_t f = 0; f < n; ++f) {
@@ -382,7 +371,7 @@ Status NvmeTier::Recover(uint64_t format_id) {
   const std::string who = "NVMe tier '" + name() + "'";
   format_id_ = format_id;
   const uint64_t journal_bytes = data_offset_ - kSuperblockBytes;
-  AlignedBuffer journal = AllocateAligned(journal_bytes);
+  AlignedBufferPool::Buffer journal = io_buffers_.Acquire(journal_bytes);
   if (journal == nullptr) return Status::ResourceExhausted(who + ": cannot allocate the journal buffer");
   // 1. The slabs of each file, in the order they were carved.
   std::vector<FileSlab> slabs;
@@ -414,7 +403,7 @@ Status NvmeTier::Recover(uint64_t format_id) {
       slots.push_back({{slab.file, at}, slab.slot_bytes});
     }
   }
-  AlignedBuffer headers = AllocateAligned(kRecoveryBatch * kHeaderBytes);
+  AlignedBufferPool::Buffer headers = io_buffers_.Acquire(kRecoveryBatch * kHeaderBytes);
   if (headers == nullptr) return Status::ResourceExhausted(who + ": cannot allocate the recovery buffer");
   uint64_t max_generation = 0;
   for (std::size_t begin = 0; begin < slots.size(); begin += kRecoveryBatch) {
@@ -474,7 +463,7 @@ bool NvmeTier::JournalSlab(const FileSlab& slab) {
   journal.push_back(slab);
   // Rewrite the record's page from the records in memory (O_DIRECT writes whole pages).
   const uint64_t page = record / kRecordsPerPage;
-  AlignedBuffer buffer = AllocateAligned(FileSlotAllocator::kAlignment);
+  AlignedBufferPool::Buffer buffer = io_buffers_.Acquire(FileSlotAllocator::kAlignment);
   if (buffer == nullptr) {
     journal.pop_back();
     return false;
@@ -496,7 +485,7 @@ bool NvmeTier::JournalSlab(const FileSlab& slab) {
 void NvmeTier::RetireSlots(std::span<const Entry> entries) {
   if (entries.empty()) return;
   // One zero page serves every request: they only read it.
-  AlignedBuffer zeros = AllocateAligned(kHeaderBytes);
+  AlignedBufferPool::Buffer zeros = io_buffers_.Acquire(kHeaderBytes);
   if (zeros != nullptr) {
     std::memset(zeros.get(), 0, kHeaderBytes);
     std::vector<IoRequest> requests;
@@ -553,7 +542,7 @@ std::vector<Status> NvmeTier::WriteBatch(std::span<const WriteOp> ops) {
   struct Pending {
     std::size_t op;
     Entry entry;
-    AlignedBuffer buffer;
+    AlignedBufferPool::Buffer buffer;
   };
   std::vector<Pending> pending;
   std::vector<IoRequest> requests;
@@ -581,7 +570,7 @@ std::vector<Status> NvmeTier::WriteBatch(std::span<const WriteOp> ops) {
       continue;
     }
     const uint64_t io_bytes = FileSlotAllocator::RoundUp(kHeaderBytes + size);
-    AlignedBuffer buffer = AllocateAligned(io_bytes);
+    AlignedBufferPool::Buffer buffer = io_buffers_.Acquire(io_bytes);
     if (buffer == nullptr) {
       slots_.Free(*slot, slot_bytes);
       results[i] = WriteFailed(Status::ResourceExhausted(name() + ": cannot allocate a " + std::to_string(io_bytes) +
@@ -591,12 +580,11 @@ std::vector<Status> NvmeTier::WriteBatch(std::span<const WriteOp> ops) {
     const Entry entry{.slot = *slot,
                       .slot_bytes = slot_bytes,
                       .size = size,
-                      .checksum = PayloadChecksum(op.payload),
+                      .checksum = CopyWithChecksum({buffer.get() + kHeaderBytes, size}, op.payload),
                       .generation = next_generation_.fetch_add(1, std::memory_order_relaxed)};
     EncodeHeader({.key = op.key, .size = size, .checksum = entry.checksum, .generation = entry.generation,
                   .format_id = format_id_},
                  buffer.get());
-    std::memcpy(buffer.get() + kHeaderBytes, op.payload.data(), size);
     std::memset(buffer.get() + kHeaderBytes + size, 0, io_bytes - kHeaderBytes - size);
     requests.push_back(
         {.file = slot->file, .write = true, .buffer = buffer.get(), .length = io_bytes, .offset = data_offset_ + slot->offset});
@@ -644,7 +632,7 @@ std::vector<Result<std::size_t>> NvmeTier::ReadBatch(std::span<const ReadOp> ops
     struct Pending {
       std::size_t op;
       Entry entry;
-      AlignedBuffer buffer;
+      AlignedBufferPool::Buffer buffer;
     };
     std::vector<Pending> pending;
     {
@@ -667,7 +655,7 @@ std::vector<Result<std::size_t>> NvmeTier::ReadBatch(std::span<const ReadOp> ops
     std::vector<Pending*> issued;
     for (Pending& p : pending) {
       const uint64_t io_bytes = FileSlotAllocator::RoundUp(kHeaderBytes + p.entry.size);
-      p.buffer = AllocateAligned(io_bytes);
+      p.buffer = io_buffers_.Acquire(io_bytes);
       if (p.buffer == nullptr) {
         results[p.op] = Status::ResourceExhausted(name() + ": cannot allocate a " + std::to_string(io_bytes) +
                                                   "-byte I/O buffer");
@@ -691,10 +679,11 @@ std::vector<Result<std::size_t>> NvmeTier::ReadBatch(std::span<const ReadOp> ops
       }
       const std::optional<Header> header = DecodeHeader(p.buffer.get());
       const std::span<const std::byte> payload(p.buffer.get() + kHeaderBytes, p.entry.size);
+      // The payload is copied out and checked in one pass; on a mismatch `out` holds bytes the
+      // caller must not use, and the status says so.
       if (header && header->key == op.key && header->size == p.entry.size && header->checksum == p.entry.checksum &&
           header->generation == p.entry.generation && header->format_id == format_id_ &&
-          PayloadChecksum(payload) == p.entry.checksum) {
-        std::memcpy(op.out.data(), payload.data(), payload.size());
+          CopyWithChecksum(op.out.first(payload.size()), payload) == p.entry.checksum) {
         counters_.reads.fetch_add(1, std::memory_order_relaxed);
         counters_.read_bytes.fetch_add(payload.size(), std::memory_order_relaxed);
         results[p.op] = static_cast<std::size_t>(payload.size());

@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "kvtier/tiers.h"
+#include "tier/aligned_buffer_pool.h"
 #include "tier/tier_counters.h"
 #include "tier/file_slot_allocator.h"
 #include "tier/nvme_io.h"
@@ -143,6 +144,7 @@ class NvmeTier final : public Tier {
   FileSlotAllocator slots_;
   std::unique_ptr<BlockIo> io_;
   std::string io_fallback_reason_;
+  AlignedBufferPool io_buffers_{64u << 20};  // staging for slot I/O: reused, never faulted in again
   std::atomic<uint64_t> next_generation_{1};
 
   mutable std::mutex mutex_;
