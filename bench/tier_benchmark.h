@@ -4,7 +4,7 @@
 //   nvme                  fio (O_DIRECT, io_uring, the same queue depth, block size and
 //                         bytes, a file beside the tier's); a plain O_DIRECT pwrite/pread
 //                         loop at queue depth 1 where fio is not installed
-//   parallel_fs           pwrite/pread of one file through the page cache
+//   parallel_fs           one file per block (create, write, close; open, read, close)
 //   remote_pool           raw pipelined hiredis SET/GET, same value size and connections
 //   gpu_hbm               cudaMemcpy between pinned host memory and the device
 // Queue depth n means the tier gets batches of n blocks (WriteBatch / ReadBatch), and the
