@@ -1,0 +1,199 @@
+// TieredStore: one KV-block store over all of a node's tiers, whose placement decisions come
+// from an eviction policy per tier (by default the paper's Bayesian policy: reuse predicted
+// per (block type, transition) pair), not from recency alone.
+//
+// Blocks are identified by chained BlockKeys (block.h): a key names its whole prefix, so a
+// request's cached prefix is found by walking its keys in the prefix index (prefix_index.h).
+// Tiers are ordered fastest first (tier_config.h). A block lives in one or more tiers:
+//  - Put writes a chain's new blocks into the fastest tier that admits them.
+//  - When a tier passes its high watermark, the mover demotes its policy's victims to the
+//    next tier (write-back: a block already held below just leaves), in batches, until the
+//    tier is under its low watermark. A victim the policy predicts no reuse for, or one in
+//    the last tier, is dropped instead; a drop removes the block from the index, so only
+//    leaves (blocks with no cached child) are dropped.
+//  - Get reads each block from the fastest tier holding it. A block read from a lower tier
+//    is promoted (copied up; the lower copy stays) and the blocks after it in the request
+//    are prefetched into the fastest tier (RoPE-aware window, prefetch_window.h).
+//  - A pinned block is never demoted or dropped; a block acknowledged by Put stays readable
+//    until the policy drops it from every tier.
+//
+// Data movement runs on the store's mover threads through bounded queues: when they are
+// full, the producer (a Put that needs room, a Get's promotion) waits, which is the
+// back-pressure. Lookup and the metadata part of Put never wait on I/O. With
+// `synchronous_moves` every move runs inline instead, which trace replay uses for
+// determinism.
+//
+// Thread-safety: every public method may be called concurrently. One mutex (`mu_`) guards
+// the store's block table, the policies (not thread-safe themselves) and the accounting; I/O
+// never runs under it. Tier I/O of a block that is being moved is retried against the block's
+// new location.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvtier/block.h"
+#include "kvtier/eviction_policy.h"
+#include "kvtier/reuse_predictor.h"
+#include "kvtier/status.h"
+#include "kvtier/tier.h"
+
+namespace kvtier {
+
+struct StoreOptions {
+  PolicyKind policy = PolicyKind::kBayes;  // Default: the paper's Bayesian policy
+  // Per-tier knobs; tier_bandwidth_bytes_per_s / tier_latency_s are set per tier from
+  // `tier_costs` (or the paper's table for the tier's kind) when left at their defaults.
+  PolicyOptions policy_options;
+  ReusePredictorOptions predictor;
+  double high_watermark = 0.95;  // Default: 0.95 of a tier's capacity starts demotion
+  double low_watermark = 0.85;   // Default: demotion stops at 0.85
+  // Bayes only: a demotion victim whose P_reuse is below this is dropped, not moved down.
+  double drop_below_p_reuse = 0.02;  // Default: 0.02
+  bool promote_on_read = true;       // Default: true
+  bool prefetch = true;              // Default: true (RoPE-aware, adaptive window)
+  int prefetch_initial_window = 4;   // Default: 4 blocks
+  int prefetch_max_window = 32;      // Default: 32 blocks
+  int mover_threads = 2;             // Default: 2
+  std::size_t max_queued_moves = 1024;  // Default: 1024 moves waiting, then producers wait
+  bool synchronous_moves = false;    // Default: false (trace replay sets it: deterministic)
+  // Recompute cost per token when the block's own estimate is not given (Put's
+  // recompute_seconds); from the cost model (cost_model.h) for the served model and GPU.
+  double recompute_seconds_per_token = 0;  // Default: 0 (unknown)
+  // The store's clock in seconds; trace replay passes its virtual clock.
+  std::function<double()> clock;  // Default: steady clock since the store opened
+  // Sizes only, no bytes: tiers are capacities, Put carries no payloads and Get copies
+  // nothing. Trace replay's fast mode; the decisions are those of a store with data.
+  bool metadata_only = false;  // Default: false
+
+  Status Validate() const;
+};
+
+// What a caller states about one block of a chain it puts.
+struct BlockPut {
+  BlockKey key;
+  std::span<const std::byte> payload;  // empty in a metadata-only store (sizes come from `bytes`)
+  uint32_t bytes = 0;                  // payload size; defaults to payload.size()
+  uint32_t tokens = 0;
+  BlockType type = BlockType::kUserContext;
+  TransitionType transition = TransitionType::kSameToolRepeat;
+  double recompute_seconds = 0;  // 0: tokens * StoreOptions::recompute_seconds_per_token
+};
+
+struct PutResult {
+  std::size_t new_blocks = 0;     // blocks stored by this call
+  std::size_t present_blocks = 0; // already stored (touched, not rewritten)
+  std::size_t refused_blocks = 0; // not admitted by any tier (predicted useless or no room)
+};
+
+struct LookupResult {
+  std::size_t prefix_blocks = 0;  // the longest prefix of the keys that is stored
+  std::vector<int> tier;          // per prefix block: the index of the fastest tier holding it
+};
+
+struct StoreTierStats {
+  std::string name;
+  TierKind kind = TierKind::kCpuDram;
+  uint64_t capacity_bytes = 0, used_bytes = 0, blocks = 0;
+  uint64_t hits = 0;        // blocks a Get read from this tier
+  uint64_t promotions = 0;  // blocks copied into this tier from below
+  uint64_t demotions = 0;   // blocks moved from this tier to a lower one
+  uint64_t drops = 0;       // blocks dropped from the store while in this tier
+  uint64_t refused = 0;     // admissions the policy refused
+};
+
+struct StoreStats {
+  std::vector<StoreTierStats> tiers;
+  uint64_t lookups = 0, lookup_blocks = 0, lookup_hit_blocks = 0;
+  uint64_t gets = 0, get_blocks = 0, get_misses = 0;
+  uint64_t puts = 0, put_blocks = 0;
+  uint64_t corrupt_blocks = 0;  // reads a tier refused for a failed checksum
+  uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0, prefetch_wasted_bytes = 0;
+  int prefetch_window = 0;
+  uint64_t queued_moves = 0;    // now
+  uint64_t pinned_blocks = 0;   // now
+  uint64_t index_blocks = 0;
+};
+
+class StorePin;
+
+class TieredStore {
+ public:
+  // The tiers, fastest first; the store owns them.
+  static Result<std::unique_ptr<TieredStore>> Open(std::vector<std::unique_ptr<Tier>> tiers, StoreOptions options);
+  ~TieredStore();  // finishes the moves in flight
+  TieredStore(const TieredStore&) = delete;
+  TieredStore& operator=(const TieredStore&) = delete;
+
+  // Stores a chain: blocks[i]'s parent is blocks[i-1], blocks[0]'s is `parent` (which must be
+  // stored) or none. Blocks already stored are touched, not rewritten. A block no tier
+  // admits is refused: it and the blocks after it are not stored (a prefix cache cannot use
+  // a block after a gap). Errors: InvalidArgument for a malformed request; NotFound for an
+  // unknown parent; the first tier error when a block could be written nowhere.
+  Result<PutResult> Put(std::span<const BlockPut> blocks, const std::optional<BlockKey>& parent = std::nullopt);
+
+  // The stored prefix of `keys` and where each of its blocks is. Read-only, no I/O.
+  LookupResult Lookup(std::span<const BlockKey> keys) const;
+
+  // Reads the stored prefix of `keys` into `outs` (one buffer per key, in order; ignored in a
+  // metadata-only store), stopping at the first block that is not stored; returns the blocks
+  // read. Reads from lower tiers
+  // promote and prefetch as the options say. `transition` is the access's type.
+  Result<std::size_t> Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
+                          TransitionType transition = TransitionType::kSameToolRepeat);
+
+  // Brings the stored blocks among `keys` into the fastest tier, in the background.
+  void Prefetch(std::span<const BlockKey> keys);
+
+  // Keeps the stored prefix of `keys` from being demoted or dropped while the pin lives.
+  Result<StorePin> Pin(std::span<const BlockKey> keys);
+
+  // Runs every queued move to completion (tests, shutdown, replay checkpoints).
+  void Drain();
+
+  StoreStats GetStats() const;
+  // The predictor's posteriors and calibration (reuse_predictor.h ToJson).
+  std::string PredictorJson() const;
+  std::size_t tier_count() const;
+  Tier& tier(std::size_t i);
+
+ private:
+  friend class StorePin;
+  struct Impl;
+  explicit TieredStore(std::unique_ptr<Impl> impl);
+  void Unpin(std::span<const BlockKey> keys);
+  // Copies stored blocks into the fastest tier (a mover's job; `prefetch` marks them so
+  // that their use or waste is counted).
+  void PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch);
+
+  std::unique_ptr<Impl> impl_;
+};
+
+// Unpins its blocks when destroyed. Move-only.
+class StorePin {
+ public:
+  StorePin() = default;
+  StorePin(StorePin&& other) noexcept;
+  StorePin& operator=(StorePin&& other) noexcept;
+  StorePin(const StorePin&) = delete;
+  StorePin& operator=(const StorePin&) = delete;
+  ~StorePin();
+
+  std::size_t size() const { return keys_.size(); }
+  void Release();
+
+ private:
+  friend class TieredStore;
+  StorePin(TieredStore* store, std::vector<BlockKey> keys) : store_(store), keys_(std::move(keys)) {}
+
+  TieredStore* store_ = nullptr;
+  std::vector<BlockKey> keys_;
+};
+
+}  // namespace kvtier

@@ -1,0 +1,745 @@
+// The tiered store (store.h). Structure: the prefix index (prefix_index.h) holds the tree of
+// blocks, their sizes, tags and tier masks; `blocks_` beside it holds what only the store
+// needs (pins, moves in flight, prefetch marks, recompute cost). Both change only under
+// `mu_`, so they always agree; the index's own lock is then uncontended.
+#include "kvtier/store.h"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <unordered_map>
+
+#include "kvtier/prefix_index.h"
+#include "util/task_pool.h"
+
+namespace kvtier {
+namespace {
+
+// The paper's table (PAPER.md, T0-T5): what a tier's load costs when it was not measured.
+struct KindCost {
+  double bandwidth_bytes_per_s;
+  double latency_s;
+};
+KindCost PaperTierCost(TierKind kind) {
+  switch (kind) {
+    case TierKind::kGpuHbm: return {3.35e12, 100e-9};
+    case TierKind::kCpuDram: return {204e9, 2e-6};
+    case TierKind::kCxlMemory: return {64e9, 500e-9};
+    case TierKind::kNvme: return {12e9, 10e-6};
+    case TierKind::kRemotePool: return {50e9, 50e-6};
+    case TierKind::kParallelFs: return {2e9, 1e-3};
+  }
+  return {1e9, 1e-3};
+}
+
+constexpr std::size_t kDemotionBatch = 16;  // victims moved per batch
+constexpr int kReadAttempts = 4;            // a read racing a move retries at the new place
+
+}  // namespace
+
+Status StoreOptions::Validate() const {
+  if (!(high_watermark > 0 && high_watermark <= 1)) return Status::InvalidArgument("store: high_watermark must be in (0, 1]");
+  if (!(low_watermark > 0 && low_watermark < high_watermark)) {
+    return Status::InvalidArgument("store: low_watermark must be in (0, high_watermark)");
+  }
+  if (!(drop_below_p_reuse >= 0 && drop_below_p_reuse <= 1)) {
+    return Status::InvalidArgument("store: drop_below_p_reuse must be in [0, 1]");
+  }
+  if (prefetch_initial_window < 0 || prefetch_max_window < prefetch_initial_window || prefetch_max_window > 4096) {
+    return Status::InvalidArgument("store: need 0 <= prefetch_initial_window <= prefetch_max_window <= 4096");
+  }
+  if (mover_threads < 1 || mover_threads > 256) return Status::InvalidArgument("store: mover_threads must be 1 to 256");
+  if (max_queued_moves < 1) return Status::InvalidArgument("store: max_queued_moves must be at least 1");
+  if (!(recompute_seconds_per_token >= 0)) return Status::InvalidArgument("store: recompute_seconds_per_token must be >= 0");
+  KVTIER_RETURN_IF_ERROR(policy_options.Validate());
+  return predictor.Validate();
+}
+
+struct TieredStore::Impl {
+  struct Block {
+    uint32_t tokens = 0;
+    double recompute_s = 0;
+    uint32_t pins = 0;
+    bool moving = false;      // a mover holds it: not a victim, not moved again
+    bool prefetched = false;  // brought up by prefetch and not used since
+  };
+  struct TierState {
+    std::unique_ptr<Tier> tier;
+    std::unique_ptr<EvictionPolicy> policy;
+    uint64_t capacity = 0;  // 0: unbounded, never demoted from
+    uint64_t used = 0;      // bytes of blocks the store placed here
+    uint64_t blocks = 0;
+    bool rebalance_queued = false;
+    StoreTierStats stats;
+  };
+
+  StoreOptions options;
+  std::shared_ptr<ReusePredictor> predictor;
+  std::function<double()> clock;
+
+  mutable std::mutex mu_;
+  PrefixIndex index;                                       // mutated only under mu_
+  std::unordered_map<BlockKey, Block, BlockKeyHash> blocks;  // GUARDED_BY(mu_)
+  std::vector<TierState> tiers;                            // GUARDED_BY(mu_) except `tier`
+  StoreStats stats;                                        // GUARDED_BY(mu_): the store-wide counters
+  int prefetch_window = 0;                                 // GUARDED_BY(mu_)
+
+  std::unique_ptr<TaskPool> movers;
+  std::mutex flight_mu_;
+  std::condition_variable flight_cv_;
+  uint64_t in_flight = 0;  // GUARDED_BY(flight_mu_): moves queued or running
+
+  double Now() const { return clock(); }
+  int last_tier() const { return static_cast<int>(tiers.size()) - 1; }
+
+  static int FastestTier(TierMask mask) { return mask == 0 ? -1 : std::countr_zero(static_cast<unsigned>(mask)); }
+
+  ResidentBlock Resident(const BlockKey& key, const BlockMeta& meta, const Block& b) const {
+    return {.key = key,
+            .bytes = meta.size_bytes,
+            .tokens = b.tokens,
+            .type = meta.type,
+            .transition = meta.transition,
+            .recompute_seconds = b.recompute_s};
+  }
+
+  // Whether `key` may leave tier `t` now: unpinned, not moving, and (in the last tier, where
+  // leaving means a drop) a leaf.
+  bool EvictableLocked(const BlockInfo& info, const Block& b, int t) const {
+    if (b.pins > 0 || b.moving) return false;
+    return t < last_tier() || info.children == 0;
+  }
+
+  void RefreshEvictableLocked(const BlockKey& key) {
+    const std::optional<BlockInfo> info = index.Find(key);
+    auto it = blocks.find(key);
+    if (!info || it == blocks.end()) return;
+    for (int t = 0; t <= last_tier(); ++t) {
+      if (info->meta.tiers & (1u << t)) {
+        tiers[static_cast<std::size_t>(t)].policy->SetEvictable(key, EvictableLocked(*info, it->second, t));
+      }
+    }
+  }
+
+  void AddToTierLocked(const BlockKey& key, int t, const BlockMeta& meta, const Block& b) {
+    TierState& ts = tiers[static_cast<std::size_t>(t)];
+    (void)index.SetTier(key, t, true);
+    ts.used += meta.size_bytes;
+    ++ts.blocks;
+    ts.policy->Admit(Resident(key, meta, b), Now());
+  }
+
+  void RemoveFromTierLocked(const BlockKey& key, int t, uint32_t bytes) {
+    TierState& ts = tiers[static_cast<std::size_t>(t)];
+    (void)index.SetTier(key, t, false);
+    ts.used -= std::min<uint64_t>(ts.used, bytes);
+    if (ts.blocks > 0) --ts.blocks;
+    ts.policy->Remove(key, Now());
+    auto it = blocks.find(key);
+    if (t == 0 && it != blocks.end() && it->second.prefetched) {
+      it->second.prefetched = false;
+      ++stats.prefetch_wasted;
+      stats.prefetch_wasted_bytes += bytes;
+      AdaptPrefetchWindowLocked(/*used=*/false);
+    }
+  }
+
+  // Forgets a block held by no tier: out of the index (it is a leaf) and the table; its
+  // parent may have become a leaf.
+  void ForgetLocked(const BlockKey& key) {
+    const std::optional<BlockInfo> info = index.Find(key);
+    if (!info || info->meta.tiers != 0 || info->children != 0) return;
+    if (!index.Evict(key).ok()) return;
+    blocks.erase(key);
+    if (info->parent) RefreshEvictableLocked(*info->parent);
+  }
+
+  // RoPE-aware prefetch: the window grows while prefetched blocks are used and shrinks when
+  // they are evicted unused (additive increase, multiplicative decrease).
+  void AdaptPrefetchWindowLocked(bool used) {
+    if (used) {
+      prefetch_window = std::min(options.prefetch_max_window, prefetch_window + 1);
+    } else {
+      prefetch_window = std::max(1, prefetch_window / 2);
+    }
+  }
+
+  bool OverHighWatermarkLocked(int t) const {
+    const TierState& ts = tiers[static_cast<std::size_t>(t)];
+    return ts.capacity > 0 && static_cast<double>(ts.used) > options.high_watermark * static_cast<double>(ts.capacity);
+  }
+
+  // --- Moves -------------------------------------------------------------------------
+  void Schedule(std::function<void()> move) {
+    if (options.synchronous_moves) {
+      move();
+      return;
+    }
+    {
+      std::lock_guard lock(flight_mu_);
+      ++in_flight;
+    }
+    movers->Submit([this, move = std::move(move)] {
+      move();
+      std::lock_guard lock(flight_mu_);
+      if (--in_flight == 0) flight_cv_.notify_all();
+    });
+  }
+
+  // Starts a rebalance of every tier over its high watermark that has none running. Called
+  // with `mu_` released: scheduling may wait for room in the movers' queue.
+  void KickRebalances() {
+    std::vector<int> due;
+    {
+      std::lock_guard lock(mu_);
+      for (int t = 0; t <= last_tier(); ++t) {
+        TierState& ts = tiers[static_cast<std::size_t>(t)];
+        if (OverHighWatermarkLocked(t) && !ts.rebalance_queued) {
+          ts.rebalance_queued = true;
+          due.push_back(t);
+        }
+      }
+    }
+    for (int t : due) Schedule([this, t] { Rebalance(t, 0); });
+  }
+
+  // --- I/O, or its accounting in a metadata-only store ---------------------------------
+  Status WriteTo(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes) {
+    TierState& ts = tiers[static_cast<std::size_t>(t)];
+    if (!options.metadata_only) return ts.tier->Write(key, payload);
+    std::lock_guard lock(mu_);
+    if (ts.capacity > 0 && ts.used + bytes > ts.capacity) return Status::ResourceExhausted(ts.stats.name + " is full");
+    return Status::Ok();
+  }
+  Status ReadFrom(int t, const BlockKey& key, std::span<std::byte> out) {
+    if (options.metadata_only) return Status::Ok();
+    return tiers[static_cast<std::size_t>(t)].tier->Read(key, out).status();
+  }
+  void EvictFrom(int t, const BlockKey& key) {
+    if (!options.metadata_only) (void)tiers[static_cast<std::size_t>(t)].tier->Evict(key);
+  }
+
+  // Moves victims out of tier `t` until it is under its low watermark and `need` more bytes
+  // fit (a Put waiting for room passes its block's size).
+  void Rebalance(int t, uint64_t need) {
+    for (;;) {
+      struct Victim {
+        BlockKey key;
+        BlockMeta meta;
+        enum class Action { kLeave, kDrop, kDemote } action;
+      };
+      std::vector<Victim> batch;
+      {
+        std::lock_guard lock(mu_);
+        TierState& ts = tiers[static_cast<std::size_t>(t)];
+        const double target = options.low_watermark * static_cast<double>(ts.capacity);
+        uint64_t planned = 0;
+        while (batch.size() < kDemotionBatch) {
+          const uint64_t remaining = ts.used - std::min(ts.used, planned);
+          if (ts.capacity == 0 || (static_cast<double>(remaining) <= target && remaining + need <= ts.capacity)) break;
+          const std::optional<BlockKey> victim = ts.policy->Victim();
+          if (!victim) break;
+          const std::optional<BlockInfo> info = index.Find(*victim);
+          auto it = blocks.find(*victim);
+          if (!info || it == blocks.end()) {  // cannot happen; keep the policy consistent
+            ts.policy->Remove(*victim, Now());
+            continue;
+          }
+          it->second.moving = true;
+          RefreshEvictableLocked(*victim);
+          Victim v{*victim, info->meta, Victim::Action::kDemote};
+          const TierMask below = static_cast<TierMask>(info->meta.tiers & ~((2u << t) - 1));
+          if (below != 0) {
+            v.action = Victim::Action::kLeave;  // a copy below already: write-back costs nothing
+          } else if (t == last_tier() ||
+                     (options.policy == PolicyKind::kBayes && info->children == 0 &&
+                      predictor->PReuse(info->meta.type, info->meta.transition) < options.drop_below_p_reuse)) {
+            v.action = info->children == 0 ? Victim::Action::kDrop : Victim::Action::kDemote;
+          }
+          if (v.action == Victim::Action::kDemote && t == last_tier()) {
+            it->second.moving = false;  // an interior block of the last tier: nowhere to go
+            RefreshEvictableLocked(*victim);
+            break;
+          }
+          planned += info->meta.size_bytes;
+          batch.push_back(v);
+        }
+        if (batch.empty()) {
+          ts.rebalance_queued = false;
+          return;
+        }
+      }
+      // Demotions: read the victims here, write them below (I/O outside the lock).
+      std::vector<std::vector<std::byte>> payloads(batch.size());
+      std::vector<Status> moved(batch.size());
+      std::vector<Tier::ReadOp> reads;
+      std::vector<std::size_t> read_index;
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        if (batch[i].action != Victim::Action::kDemote) continue;
+        if (options.metadata_only) {
+          moved[i] = WriteTo(t + 1, batch[i].key, {}, batch[i].meta.size_bytes);
+          if (moved[i].code() == StatusCode::kResourceExhausted) {
+            Rebalance(t + 1, batch[i].meta.size_bytes);
+            moved[i] = WriteTo(t + 1, batch[i].key, {}, batch[i].meta.size_bytes);
+          }
+          continue;
+        }
+        payloads[i].resize(batch[i].meta.size_bytes);
+        reads.push_back({batch[i].key, payloads[i]});
+        read_index.push_back(i);
+      }
+      if (!reads.empty()) {
+        const std::vector<Result<std::size_t>> got = tiers[static_cast<std::size_t>(t)].tier->ReadBatch(reads);
+        for (std::size_t k = 0; k < got.size(); ++k) moved[read_index[k]] = got[k].status();
+        std::vector<Tier::WriteOp> writes;
+        std::vector<std::size_t> write_index;
+        for (std::size_t i : read_index) {
+          if (!moved[i].ok()) continue;
+          writes.push_back({batch[i].key, payloads[i]});
+          write_index.push_back(i);
+        }
+        if (!writes.empty()) {
+          std::vector<Status> written = tiers[static_cast<std::size_t>(t + 1)].tier->WriteBatch(writes);
+          for (std::size_t k = 0; k < written.size(); ++k) {
+            if (written[k].code() == StatusCode::kResourceExhausted) {
+              Rebalance(t + 1, writes[k].payload.size());  // make room below, then once more
+              written[k] = WriteTo(t + 1, writes[k].key, writes[k].payload, static_cast<uint32_t>(writes[k].payload.size()));
+            }
+            moved[write_index[k]] = written[k];
+          }
+        }
+      }
+      std::vector<BlockKey> leaving;
+      {
+        std::lock_guard lock(mu_);
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+          const Victim& v = batch[i];
+          auto it = blocks.find(v.key);
+          if (it == blocks.end()) continue;
+          it->second.moving = false;
+          const std::optional<BlockInfo> info = index.Find(v.key);
+          if (!info || !(info->meta.tiers & (1u << t))) continue;
+          TierState& ts = tiers[static_cast<std::size_t>(t)];
+          if (v.action == Victim::Action::kDemote) {
+            if (!moved[i].ok()) {
+              // Could not move it (the lower tier failed): drop it if it is a leaf, else keep
+              // it here; either way the next victim is tried.
+              if (info->children == 0 && it->second.pins == 0) {
+                ++ts.stats.drops;
+                RemoveFromTierLocked(v.key, t, v.meta.size_bytes);
+                leaving.push_back(v.key);
+                ForgetLocked(v.key);
+              } else {
+                RefreshEvictableLocked(v.key);
+              }
+              continue;
+            }
+            AddToTierLocked(v.key, t + 1, v.meta, it->second);
+            ++ts.stats.demotions;
+          } else if (v.action == Victim::Action::kDrop) {
+            if (it->second.pins > 0 || info->children > 0) {  // pinned or extended meanwhile
+              RefreshEvictableLocked(v.key);
+              continue;
+            }
+            ++ts.stats.drops;
+          }
+          RemoveFromTierLocked(v.key, t, v.meta.size_bytes);
+          leaving.push_back(v.key);
+          if (v.action == Victim::Action::kDrop) ForgetLocked(v.key);
+          RefreshEvictableLocked(v.key);
+        }
+      }
+      for (const BlockKey& key : leaving) EvictFrom(t, key);
+      KickRebalances();  // the tier below may be over its watermark now
+      if (leaving.empty()) {  // nothing could leave (pinned, interior, lower tiers failing)
+        std::lock_guard lock(mu_);
+        tiers[static_cast<std::size_t>(t)].rebalance_queued = false;
+        return;
+      }
+    }
+  }
+
+  // Writes the block into the fastest tier before `end` that admits it, making room by
+  // demotion when a tier is full. Returns the tier, or -1 when every tier refused it.
+  Result<int> Place(const BlockKey& key, const BlockMeta& meta, const Block& b, std::span<const std::byte> payload,
+                    int end) {
+    Status last_error = Status::Ok();
+    for (int t = 0; t < end; ++t) {
+      TierState& ts = tiers[static_cast<std::size_t>(t)];
+      {
+        std::lock_guard lock(mu_);
+        if (!ts.policy->ShouldAdmit(Resident(key, meta, b), Now())) {
+          ++ts.stats.refused;
+          continue;
+        }
+      }
+      Status s = WriteTo(t, key, payload, meta.size_bytes);
+      if (s.code() == StatusCode::kResourceExhausted && ts.capacity > 0) {
+        Rebalance(t, meta.size_bytes);
+        s = WriteTo(t, key, payload, meta.size_bytes);
+      }
+      if (s.ok()) return t;
+      last_error = s;
+    }
+    if (!last_error.ok()) return last_error;
+    return -1;
+  }
+};
+
+Result<std::unique_ptr<TieredStore>> TieredStore::Open(std::vector<std::unique_ptr<Tier>> tiers, StoreOptions options) {
+  KVTIER_RETURN_IF_ERROR(options.Validate());
+  if (tiers.empty() || tiers.size() > static_cast<std::size_t>(kMaxTiers)) {
+    return Status::InvalidArgument("store: needs 1 to " + std::to_string(kMaxTiers) + " tiers, got " +
+                                   std::to_string(tiers.size()));
+  }
+  auto impl = std::make_unique<Impl>();
+  KVTIER_ASSIGN_OR_RETURN(impl->predictor, ReusePredictor::Create(options.predictor));
+  if (options.clock) {
+    impl->clock = options.clock;
+  } else {
+    const auto start = std::chrono::steady_clock::now();
+    impl->clock = [start] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  }
+  const PolicyOptions defaults;
+  for (std::size_t t = 0; t < tiers.size(); ++t) {
+    PolicyOptions po = options.policy_options;
+    const KindCost cost = PaperTierCost(tiers[t]->kind());
+    if (po.tier_bandwidth_bytes_per_s == defaults.tier_bandwidth_bytes_per_s) po.tier_bandwidth_bytes_per_s = cost.bandwidth_bytes_per_s;
+    if (po.tier_latency_s == defaults.tier_latency_s) po.tier_latency_s = cost.latency_s;
+    po.bayes_learn = t == 0;  // every access goes through the fastest tier's policy once
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<EvictionPolicy> policy,
+                            NewEvictionPolicy(options.policy, po, impl->predictor));
+    Impl::TierState ts;
+    ts.capacity = tiers[t]->GetStats().capacity_bytes;
+    ts.stats.name = tiers[t]->name();
+    ts.stats.kind = tiers[t]->kind();
+    ts.tier = std::move(tiers[t]);
+    ts.policy = std::move(policy);
+    impl->tiers.push_back(std::move(ts));
+  }
+  impl->prefetch_window = options.prefetch_initial_window;
+  if (!options.synchronous_moves) impl->movers = std::make_unique<TaskPool>(options.mover_threads, options.max_queued_moves);
+  impl->options = std::move(options);
+  return std::unique_ptr<TieredStore>(new TieredStore(std::move(impl)));
+}
+
+TieredStore::TieredStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+TieredStore::~TieredStore() {
+  Drain();
+  impl_->movers.reset();
+}
+
+void TieredStore::Drain() {
+  if (impl_->options.synchronous_moves) return;
+  std::unique_lock lock(impl_->flight_mu_);
+  impl_->flight_cv_.wait(lock, [&] { return impl_->in_flight == 0; });
+}
+
+Result<PutResult> TieredStore::Put(std::span<const BlockPut> blocks, const std::optional<BlockKey>& parent) {
+  Impl& s = *impl_;
+  if (blocks.empty()) return Status::InvalidArgument("store: Put of an empty chain");
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const uint64_t bytes = blocks[i].bytes != 0 ? blocks[i].bytes : blocks[i].payload.size();
+    if (bytes == 0) return Status::InvalidArgument("store: block " + std::to_string(i) + " has no payload and no size");
+    if (!blocks[i].payload.empty() && blocks[i].payload.size() != bytes) {
+      return Status::InvalidArgument("store: block " + std::to_string(i) + " states " + std::to_string(bytes) +
+                                     " bytes but carries " + std::to_string(blocks[i].payload.size()));
+    }
+  }
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    if (s.options.metadata_only != blocks[i].payload.empty()) {
+      return Status::InvalidArgument(std::string("store: block ") + std::to_string(i) +
+                                     (s.options.metadata_only ? " carries a payload into a metadata-only store"
+                                                              : " has no payload"));
+    }
+  }
+  PutResult result;
+  // The chain's blocks stay pinned until the whole chain is in: room for block i + 1 must not
+  // come from evicting block i. Unpinned on every way out.
+  struct ChainPins {
+    Impl& s;
+    std::vector<BlockKey> keys;
+    ~ChainPins() {
+      {
+        std::lock_guard lock(s.mu_);
+        for (const BlockKey& key : keys) {
+          auto it = s.blocks.find(key);
+          if (it != s.blocks.end() && it->second.pins > 0) --it->second.pins;
+          s.RefreshEvictableLocked(key);
+        }
+      }
+      s.KickRebalances();
+    }
+  } putting{s, {}};
+  std::optional<BlockKey> previous = parent;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const BlockPut& p = blocks[i];
+    const uint32_t bytes = p.bytes != 0 ? p.bytes : static_cast<uint32_t>(p.payload.size());
+    BlockMeta meta{.size_bytes = bytes, .type = p.type, .transition = p.transition};
+    Impl::Block b{.tokens = p.tokens,
+                  .recompute_s = p.recompute_seconds > 0 ? p.recompute_seconds
+                                                         : p.tokens * s.options.recompute_seconds_per_token};
+    {
+      std::lock_guard lock(s.mu_);
+      ++s.stats.put_blocks;
+      const std::optional<BlockInfo> info = s.index.Find(p.key);
+      if (info && info->meta.tiers != 0) {
+        if (info->parent != previous) {
+          return Status::AlreadyExists("store: block " + p.key.ToHex() + " is stored under another parent (a hash collision)");
+        }
+        s.index.Touch({&p.key, 1}, static_cast<uint64_t>(s.Now() * 1e6));
+        const int t = Impl::FastestTier(info->meta.tiers);
+        s.tiers[static_cast<std::size_t>(t)].policy->Touch(p.key, p.transition, s.Now());
+        if (auto it = s.blocks.find(p.key); it != s.blocks.end()) {
+          ++it->second.pins;
+          putting.keys.push_back(p.key);
+          s.RefreshEvictableLocked(p.key);
+        }
+        ++result.present_blocks;
+        previous = p.key;
+        continue;
+      }
+      if (!info) {
+        Result<std::size_t> inserted = s.index.Insert({&p.key, 1}, {&meta, 1}, static_cast<uint64_t>(s.Now() * 1e6), previous);
+        if (!inserted.ok()) return inserted.status().WithContext("store: block " + std::to_string(i));
+        s.blocks[p.key] = b;
+        if (previous) s.RefreshEvictableLocked(*previous);  // it has a child now
+      }
+    }
+    Result<int> placed = s.Place(p.key, meta, b, p.payload, s.last_tier() + 1);
+    std::lock_guard lock(s.mu_);
+    if (!placed.ok() || *placed < 0) {
+      s.ForgetLocked(p.key);
+      result.refused_blocks += blocks.size() - i;
+      if (!placed.ok() && result.new_blocks + result.present_blocks == 0) return placed.status();
+      break;
+    }
+    auto it = s.blocks.find(p.key);
+    ++it->second.pins;
+    putting.keys.push_back(p.key);
+    s.AddToTierLocked(p.key, *placed, meta, it->second);
+    s.RefreshEvictableLocked(p.key);
+    ++result.new_blocks;
+    previous = p.key;
+  }
+  {
+    std::lock_guard lock(s.mu_);
+    ++s.stats.puts;
+  }
+  return result;
+}
+
+LookupResult TieredStore::Lookup(std::span<const BlockKey> keys) const {
+  Impl& s = *impl_;
+  LookupResult result;
+  std::lock_guard lock(s.mu_);
+  ++s.stats.lookups;
+  s.stats.lookup_blocks += keys.size();
+  std::optional<BlockKey> previous;
+  for (const BlockKey& key : keys) {
+    const std::optional<BlockInfo> info = s.index.Find(key);
+    if (!info || info->meta.tiers == 0 || info->parent != previous) break;
+    result.tier.push_back(Impl::FastestTier(info->meta.tiers));
+    previous = key;
+  }
+  result.prefix_blocks = result.tier.size();
+  s.stats.lookup_hit_blocks += result.prefix_blocks;
+  return result;
+}
+
+Result<std::size_t> TieredStore::Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
+                                     TransitionType transition) {
+  Impl& s = *impl_;
+  if (!s.options.metadata_only && outs.size() < keys.size()) {
+    return Status::InvalidArgument("store: Get needs one buffer per key");
+  }
+  std::size_t read = 0;
+  std::vector<BlockKey> from_below;  // promoted once the request has its bytes
+  std::vector<BlockKey> prefetch;
+  std::size_t prefetched_until = 0;
+  std::optional<BlockKey> previous;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const BlockKey& key = keys[i];
+    bool done = false;
+    for (int attempt = 0; attempt < kReadAttempts && !done; ++attempt) {
+      int t = -1;
+      {
+        std::lock_guard lock(s.mu_);
+        const std::optional<BlockInfo> info = s.index.Find(key);
+        if (!info || info->meta.tiers == 0 || info->parent != previous) break;
+        if (!s.options.metadata_only && outs[i].size() < info->meta.size_bytes) {
+          return Status::InvalidArgument("store: the buffer for block " + std::to_string(i) + " holds " +
+                                         std::to_string(outs[i].size()) + " bytes, the block " +
+                                         std::to_string(info->meta.size_bytes));
+        }
+        t = Impl::FastestTier(info->meta.tiers);
+      }
+      Impl::TierState& ts = s.tiers[static_cast<std::size_t>(t)];
+      const Status n = s.ReadFrom(t, key, s.options.metadata_only ? std::span<std::byte>() : outs[i]);
+      std::lock_guard lock(s.mu_);
+      if (n.ok()) {
+        ++ts.stats.hits;
+        ts.policy->Touch(key, transition, s.Now());
+        s.index.Touch({&key, 1}, static_cast<uint64_t>(s.Now() * 1e6));
+        auto it = s.blocks.find(key);
+        if (t == 0 && it != s.blocks.end() && it->second.prefetched) {
+          it->second.prefetched = false;
+          ++s.stats.prefetch_used;
+          s.AdaptPrefetchWindowLocked(/*used=*/true);
+        }
+        if (t > 0) {
+          from_below.push_back(key);
+          // RoPE-aware prefetch: attention will want the blocks right after this one next;
+          // start loading the window after it while this request goes on reading.
+          if (s.options.prefetch && i + 1 > prefetched_until) {
+            const std::size_t end = std::min(keys.size(), i + 1 + static_cast<std::size_t>(s.prefetch_window));
+            prefetch.assign(keys.begin() + static_cast<std::ptrdiff_t>(i + 1), keys.begin() + static_cast<std::ptrdiff_t>(end));
+            prefetched_until = end;
+          }
+        }
+        done = true;
+      } else if (n.code() == StatusCode::kCorruption) {
+        // The tier dropped the block: forget that copy and try the next one.
+        ++s.stats.corrupt_blocks;
+        const std::optional<BlockInfo> info = s.index.Find(key);
+        if (info && (info->meta.tiers & (1u << t))) s.RemoveFromTierLocked(key, t, info->meta.size_bytes);
+      } else if (n.code() != StatusCode::kNotFound) {
+        return n.WithContext("store: reading block " + std::to_string(i));
+      }
+      // NotFound: a move took it from that tier meanwhile; look again.
+    }
+    if (!done) break;
+    ++read;
+    previous = key;
+    if (!prefetch.empty()) PromoteOrPrefetch(std::exchange(prefetch, {}), /*prefetch=*/true);
+  }
+  {
+    std::lock_guard lock(s.mu_);
+    ++s.stats.gets;
+    s.stats.get_blocks += read;
+    if (read < keys.size()) ++s.stats.get_misses;
+  }
+  if (s.options.promote_on_read && !from_below.empty()) PromoteOrPrefetch(std::move(from_below), /*prefetch=*/false);
+  s.KickRebalances();
+  return read;
+}
+
+void TieredStore::Prefetch(std::span<const BlockKey> keys) { PromoteOrPrefetch({keys.begin(), keys.end()}, true); }
+
+void TieredStore::PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch) {
+  Impl& s = *impl_;
+  s.Schedule([this, keys = std::move(keys), prefetch] {
+    Impl& st = *impl_;
+    for (const BlockKey& key : keys) {
+      int from = -1;
+      BlockMeta meta;
+      Impl::Block b;
+      {
+        std::lock_guard lock(st.mu_);
+        const std::optional<BlockInfo> info = st.index.Find(key);
+        auto it = st.blocks.find(key);
+        if (!info || it == st.blocks.end() || it->second.moving) continue;
+        from = Impl::FastestTier(info->meta.tiers);
+        if (from <= 0) continue;  // absent, or in the fastest tier already
+        meta = info->meta;
+        b = it->second;
+        it->second.moving = true;
+        st.RefreshEvictableLocked(key);
+        if (prefetch) ++st.stats.prefetch_issued;
+      }
+      std::vector<std::byte> payload(st.options.metadata_only ? 0 : meta.size_bytes);
+      const Status n = st.ReadFrom(from, key, payload);
+      Result<int> placed = n.ok() ? st.Place(key, meta, b, payload, from) : Result<int>(n);
+      std::lock_guard lock(st.mu_);
+      auto it = st.blocks.find(key);
+      if (it == st.blocks.end()) continue;
+      it->second.moving = false;
+      if (placed.ok() && *placed >= 0) {
+        st.AddToTierLocked(key, *placed, meta, it->second);
+        ++st.tiers[static_cast<std::size_t>(*placed)].stats.promotions;
+        if (prefetch && *placed == 0) it->second.prefetched = true;
+      }
+      st.RefreshEvictableLocked(key);
+    }
+    st.KickRebalances();
+  });
+}
+
+Result<StorePin> TieredStore::Pin(std::span<const BlockKey> keys) {
+  Impl& s = *impl_;
+  std::vector<BlockKey> pinned;
+  std::lock_guard lock(s.mu_);
+  std::optional<BlockKey> previous;
+  for (const BlockKey& key : keys) {
+    const std::optional<BlockInfo> info = s.index.Find(key);
+    auto it = s.blocks.find(key);
+    if (!info || it == s.blocks.end() || info->meta.tiers == 0 || info->parent != previous) break;
+    ++it->second.pins;
+    s.RefreshEvictableLocked(key);
+    pinned.push_back(key);
+    previous = key;
+  }
+  s.stats.pinned_blocks += pinned.size();
+  return StorePin(this, std::move(pinned));
+}
+
+void TieredStore::Unpin(std::span<const BlockKey> keys) {
+  Impl& s = *impl_;
+  {
+    std::lock_guard lock(s.mu_);
+    for (const BlockKey& key : keys) {
+      auto it = s.blocks.find(key);
+      if (it == s.blocks.end() || it->second.pins == 0) continue;
+      --it->second.pins;
+      --s.stats.pinned_blocks;
+      s.RefreshEvictableLocked(key);
+    }
+  }
+  s.KickRebalances();  // pinned blocks may have held a tier over its watermark
+}
+
+StoreStats TieredStore::GetStats() const {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.mu_);
+  StoreStats out = s.stats;
+  for (const Impl::TierState& ts : s.tiers) {
+    StoreTierStats t = ts.stats;
+    t.capacity_bytes = ts.capacity;
+    t.used_bytes = ts.used;
+    t.blocks = ts.blocks;
+    out.tiers.push_back(t);
+  }
+  out.prefetch_window = s.prefetch_window;
+  out.queued_moves = s.movers ? s.movers->queued() : 0;
+  out.index_blocks = s.index.size();
+  return out;
+}
+
+std::string TieredStore::PredictorJson() const { return impl_->predictor->ToJson(); }
+std::size_t TieredStore::tier_count() const { return impl_->tiers.size(); }
+Tier& TieredStore::tier(std::size_t i) { return *impl_->tiers[i].tier; }
+
+StorePin::StorePin(StorePin&& other) noexcept : store_(std::exchange(other.store_, nullptr)), keys_(std::move(other.keys_)) {}
+
+StorePin& StorePin::operator=(StorePin&& other) noexcept {
+  if (this != &other) {
+    Release();
+    store_ = std::exchange(other.store_, nullptr);
+    keys_ = std::move(other.keys_);
+  }
+  return *this;
+}
+
+StorePin::~StorePin() { Release(); }
+
+void StorePin::Release() {
+  if (store_ != nullptr && !keys_.empty()) store_->Unpin(keys_);
+  store_ = nullptr;
+  keys_.clear();
+}
+
+}  // namespace kvtier

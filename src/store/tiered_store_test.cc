@@ -1,0 +1,257 @@
+#include "kvtier/store.h"
+
+#include <atomic>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "kvtier/tiers.h"
+#include "tier/dram_tier.h"
+
+namespace kvtier {
+namespace {
+
+// 256 KiB: DRAM tiers round their capacity up to 2 MiB slabs, 8 of these blocks each.
+constexpr uint32_t kBlockBytes = 256 << 10;
+
+BlockKey Key(uint64_t chain, uint64_t i) { return {chain * 0x9E3779B97F4A7C15ull + 1, i + 1}; }
+
+std::vector<std::byte> Payload(uint64_t chain, uint64_t i) {
+  std::vector<std::byte> bytes(kBlockBytes);
+  for (std::size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<std::byte>((k * 31 + chain * 7 + i * 13) & 0xff);
+  return bytes;
+}
+
+std::unique_ptr<Tier> Dram(const std::string& name, uint64_t capacity) {
+  Result<std::unique_ptr<Tier>> tier =
+      NewDramTier({.name = name, .capacity_bytes = capacity, .lock_memory = false, .huge_pages = false, .pin_for_gpu = false});
+  EXPECT_TRUE(tier.ok()) << tier.status().ToString();
+  return std::move(*tier);
+}
+
+// Two DRAM tiers standing in for a fast and a slow one.
+std::unique_ptr<TieredStore> TwoTierStore(uint64_t fast, uint64_t slow, StoreOptions options = {}) {
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(Dram("fast", fast));
+  tiers.push_back(Dram("slow", slow));
+  Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(std::move(tiers), std::move(options));
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  return store.ok() ? std::move(*store) : nullptr;
+}
+
+// Puts chain `chain` of `n` blocks (real payloads).
+void PutChain(TieredStore& store, uint64_t chain, uint64_t n, BlockType type = BlockType::kUserContext) {
+  std::vector<std::vector<std::byte>> payloads;
+  std::vector<BlockPut> puts;
+  for (uint64_t i = 0; i < n; ++i) payloads.push_back(Payload(chain, i));
+  for (uint64_t i = 0; i < n; ++i) puts.push_back({.key = Key(chain, i), .payload = payloads[i], .tokens = 16, .type = type});
+  Result<PutResult> r = store.Put(puts);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+}
+
+// Reads chain `chain` and checks every block read is bit-exact; returns the blocks read.
+std::size_t GetChain(TieredStore& store, uint64_t chain, uint64_t n) {
+  std::vector<BlockKey> keys;
+  std::vector<std::vector<std::byte>> buffers(n, std::vector<std::byte>(kBlockBytes));
+  std::vector<std::span<std::byte>> outs;
+  for (uint64_t i = 0; i < n; ++i) {
+    keys.push_back(Key(chain, i));
+    outs.emplace_back(buffers[i]);
+  }
+  Result<std::size_t> read = store.Get(keys, outs);
+  EXPECT_TRUE(read.ok()) << read.status().ToString();
+  if (!read.ok()) return 0;
+  for (std::size_t i = 0; i < *read; ++i) EXPECT_EQ(buffers[i], Payload(chain, i)) << "chain " << chain << " block " << i;
+  return *read;
+}
+
+TEST(TieredStore, PutLookupGetRoundTrip) {
+  auto store = TwoTierStore(8u << 20, 8u << 20);
+  ASSERT_NE(store, nullptr);
+  PutChain(*store, 1, 10);
+  const std::vector<BlockKey> keys = {Key(1, 0), Key(1, 1), Key(1, 2), Key(2, 0)};
+  const LookupResult found = store->Lookup(keys);
+  EXPECT_EQ(found.prefix_blocks, 3u);
+  EXPECT_EQ(found.tier, (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(GetChain(*store, 1, 10), 10u);
+  EXPECT_EQ(GetChain(*store, 2, 3), 0u);
+  // A second Put of the same chain stores nothing new.
+  std::vector<std::byte> p0 = Payload(1, 0);
+  const BlockPut again{.key = Key(1, 0), .payload = p0};
+  Result<PutResult> r = store->Put({&again, 1});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->present_blocks, 1u);
+  EXPECT_EQ(r->new_blocks, 0u);
+}
+
+TEST(TieredStore, RejectsMalformedPuts) {
+  auto store = TwoTierStore(1u << 20, 1u << 20);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->Put({}).status().code(), StatusCode::kInvalidArgument);
+  const BlockPut empty{.key = Key(1, 0)};
+  EXPECT_EQ(store->Put({&empty, 1}).status().code(), StatusCode::kInvalidArgument);
+  std::vector<std::byte> p = Payload(1, 0);
+  const BlockPut orphan{.key = Key(1, 1), .payload = p};
+  EXPECT_EQ(store->Put({&orphan, 1}, Key(9, 9)).status().code(), StatusCode::kNotFound);
+}
+
+TEST(TieredStore, FullFastTierDemotesAndEveryBlockStaysReadable) {
+  StoreOptions options;
+  options.policy = PolicyKind::kLru;
+  auto store = TwoTierStore(16 * kBlockBytes, 128 * kBlockBytes, options);
+  ASSERT_NE(store, nullptr);
+  for (uint64_t chain = 0; chain < 10; ++chain) PutChain(*store, chain, 8);  // 80 blocks, 16 fit above
+  store->Drain();
+  const StoreStats stats = store->GetStats();
+  EXPECT_LE(stats.tiers[0].used_bytes, 16u * kBlockBytes);
+  EXPECT_GT(stats.tiers[0].demotions, 0u);
+  EXPECT_EQ(stats.tiers[0].blocks + stats.tiers[1].blocks, 80u);
+  for (uint64_t chain = 0; chain < 10; ++chain) EXPECT_EQ(GetChain(*store, chain, 8), 8u) << chain;
+}
+
+TEST(TieredStore, LastTierDropsLeavesFirstAndNeverPinnedBlocks) {
+  StoreOptions options;
+  options.policy = PolicyKind::kLru;
+  options.synchronous_moves = true;
+  auto store = TwoTierStore(8 * kBlockBytes, 16 * kBlockBytes, options);
+  ASSERT_NE(store, nullptr);
+  PutChain(*store, 0, 4);
+  const std::vector<BlockKey> pinned_keys = {Key(0, 0), Key(0, 1), Key(0, 2), Key(0, 3)};
+  Result<StorePin> pin = store->Pin(pinned_keys);
+  ASSERT_TRUE(pin.ok());
+  EXPECT_EQ(pin->size(), 4u);
+  for (uint64_t chain = 1; chain < 12; ++chain) PutChain(*store, chain, 2);
+  // The pinned chain survives whatever else came and went.
+  EXPECT_EQ(GetChain(*store, 0, 4), 4u);
+  const StoreStats stats = store->GetStats();
+  EXPECT_GT(stats.tiers[1].drops, 0u);
+  // Whatever is stored is a prefix-closed set: a chain's second block never outlives its first.
+  for (uint64_t chain = 1; chain < 12; ++chain) {
+    const std::vector<BlockKey> keys = {Key(chain, 0), Key(chain, 1)};
+    const std::size_t first_only = store->Lookup({keys.data(), 1}).prefix_blocks;
+    const LookupResult both = store->Lookup(keys);
+    if (first_only == 0) {
+      EXPECT_EQ(both.prefix_blocks, 0u);
+    }
+  }
+  pin->Release();
+  EXPECT_EQ(store->GetStats().pinned_blocks, 0u);
+}
+
+TEST(TieredStore, ReadsFromBelowPromoteAndPrefetchTheRest) {
+  StoreOptions options;
+  options.policy = PolicyKind::kLru;
+  options.synchronous_moves = true;
+  options.prefetch_initial_window = 4;
+  auto store = TwoTierStore(8 * kBlockBytes, 64 * kBlockBytes, options);
+  ASSERT_NE(store, nullptr);
+  PutChain(*store, 0, 8);
+  PutChain(*store, 1, 8);  // pushes chain 0 down
+  ASSERT_EQ(store->Lookup(std::vector<BlockKey>{Key(0, 0)}).tier, std::vector<int>{1});
+  // Reading chain 0: its first block comes from below and is promoted, and the window of
+  // blocks after it is prefetched into the fast tier ahead of the reads (synchronous moves:
+  // the prefetch completes before the next read).
+  EXPECT_EQ(GetChain(*store, 0, 8), 8u);
+  const StoreStats stats = store->GetStats();
+  EXPECT_GE(stats.tiers[0].promotions, 1u);
+  EXPECT_GE(stats.prefetch_issued, 4u);
+  EXPECT_GE(stats.prefetch_used, 4u) << "blocks 1-4 were read from the fast tier after their prefetch";
+  EXPECT_GT(stats.tiers[0].hits, stats.tiers[1].hits);
+}
+
+TEST(TieredStore, CorruptCopyFallsBackToTheOneBelow) {
+  StoreOptions options;
+  options.policy = PolicyKind::kLru;
+  options.synchronous_moves = true;
+  options.prefetch = false;
+  auto store = TwoTierStore(8 * kBlockBytes, 64 * kBlockBytes, options);
+  ASSERT_NE(store, nullptr);
+  PutChain(*store, 0, 2);
+  PutChain(*store, 1, 8);  // chain 0 goes below
+  EXPECT_EQ(GetChain(*store, 0, 2), 2u);  // promoted: now in both tiers
+  ASSERT_EQ(store->Lookup(std::vector<BlockKey>{Key(0, 0)}).tier, std::vector<int>{0});
+  ASSERT_TRUE(CorruptDramBlockForTesting(&store->tier(0), Key(0, 0)));
+  EXPECT_EQ(GetChain(*store, 0, 2), 2u);  // bit-exact, from the lower copy
+  EXPECT_EQ(store->GetStats().corrupt_blocks, 1u);
+}
+
+// The paper's motivating case, in a metadata-only store: a system prompt every session
+// shares survives a flood of one-off reasoning blocks under the Bayesian policy, not under LRU.
+double SystemPromptHitRate(PolicyKind policy) {
+  double now = 0;
+  StoreOptions options;
+  options.policy = policy;
+  options.synchronous_moves = true;
+  options.metadata_only = true;
+  options.prefetch = false;
+  options.clock = [&now] { return now; };
+  options.predictor.horizon_s = 50;
+  options.recompute_seconds_per_token = 1e-4;  // prefill of a 70B model on one GPU, roughly
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(Dram("fast", 24 * kBlockBytes));  // 6 MiB
+  auto store = TieredStore::Open(std::move(tiers), options);
+  EXPECT_TRUE(store.ok());
+  uint64_t hits = 0, sessions = 0;
+  for (uint64_t session = 0; session < 60; ++session) {
+    // Each session: the 4-block system prompt, then 30 reasoning blocks of its own.
+    std::vector<BlockPut> chain;
+    for (uint64_t i = 0; i < 4; ++i) {
+      chain.push_back({.key = Key(0, i), .bytes = kBlockBytes, .tokens = 16, .type = BlockType::kSystemPrompt,
+                       .transition = TransitionType::kAgentHandoff});
+    }
+    const std::vector<BlockKey> prompt = {Key(0, 0), Key(0, 1), Key(0, 2), Key(0, 3)};
+    if (session >= 30) {
+      ++sessions;
+      if ((*store)->Lookup(prompt).prefix_blocks == 4) ++hits;
+    }
+    now += 1;
+    (void)(*store)->Get(prompt, {}, TransitionType::kAgentHandoff);
+    EXPECT_TRUE((*store)->Put(chain).ok());
+    // Then 30 one-off reasoning blocks of other traffic, as 10 chains of 3 (their own
+    // chains: leaf-first eviction alone would protect an ancestor of the flood).
+    for (uint64_t c = 0; c < 10; ++c) {
+      now += 0.3;
+      std::vector<BlockPut> reasoning;
+      for (uint64_t i = 0; i < 3; ++i) {
+        reasoning.push_back({.key = Key(1000 + session * 10 + c, i), .bytes = kBlockBytes, .tokens = 16,
+                             .type = BlockType::kIntermediateReasoning, .transition = TransitionType::kReasoningStep});
+      }
+      const Result<PutResult> put = (*store)->Put(reasoning);
+      EXPECT_TRUE(put.ok()) << put.status().ToString();
+    }
+  }
+  return static_cast<double>(hits) / static_cast<double>(sessions);
+}
+
+TEST(TieredStore, SharedSystemPromptSurvivesAFloodUnderBayesNotLru) {
+  const double lru = SystemPromptHitRate(PolicyKind::kLru);
+  const double bayes = SystemPromptHitRate(PolicyKind::kBayes);
+  EXPECT_LT(lru, 0.2) << "LRU keeps the prompt only when the flood is short";
+  EXPECT_GT(bayes, 0.8) << "the Bayesian policy should learn the prompt is reused";
+}
+
+TEST(TieredStore, ConcurrentPutsAndGetsLoseNothing) {
+  auto store = TwoTierStore(16 * kBlockBytes, 1024 * kBlockBytes);
+  ASSERT_NE(store, nullptr);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t round = 0; round < 20; ++round) {
+        const uint64_t chain = static_cast<uint64_t>(t) * 100 + round;
+        PutChain(*store, chain, 6);
+        if (GetChain(*store, chain, 6) != 6) failures.fetch_add(1);
+        if (round > 0 && GetChain(*store, chain - 1, 6) != 6) failures.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  store->Drain();
+  EXPECT_EQ(failures.load(), 0);
+  for (int t = 0; t < 6; ++t) {
+    for (uint64_t round = 0; round < 20; ++round) EXPECT_EQ(GetChain(*store, static_cast<uint64_t>(t) * 100 + round, 6), 6u);
+  }
+}
+
+}  // namespace
+}  // namespace kvtier
