@@ -679,8 +679,7 @@ std::vector<Result<std::size_t>> NvmeTier::ReadBatch(std::span<const ReadOp> ops
       }
       const std::optional<Header> header = DecodeHeader(p.buffer.get());
       const std::span<const std::byte> payload(p.buffer.get() + kHeaderBytes, p.entry.size);
-      // The payload is copied out and checked in one pass; on a mismatch `out` holds bytes the
-      // caller must not use, and the status says so.
+      // The payload is copied out and checked in one pass.
       if (header && header->key == op.key && header->size == p.entry.size && header->checksum == p.entry.checksum &&
           header->generation == p.entry.generation && header->format_id == format_id_ &&
           CopyWithChecksum(op.out.first(payload.size()), payload) == p.entry.checksum) {
@@ -688,6 +687,8 @@ std::vector<Result<std::size_t>> NvmeTier::ReadBatch(std::span<const ReadOp> ops
         counters_.read_bytes.fetch_add(payload.size(), std::memory_order_relaxed);
         results[p.op] = static_cast<std::size_t>(payload.size());
       } else {
+        // Hand back none of the bytes that failed the check.
+        std::memset(op.out.data(), 0, std::min<std::size_t>(op.out.size(), payload.size()));
         mismatched.push_back(&p);
       }
     }

@@ -1,0 +1,80 @@
+// Trace replay: the store's policies measured on a request trace, on a virtual clock, next to
+// the offline optimum and the infinite-cache ceiling (optimal_bound.h).
+//
+// Each request is a chain of blocks (chained keys: equal keys are equal prefixes). In turn, at
+// its arrival time, a request looks up its longest cached prefix (its hit: prefix rule),
+// reads it (which touches the blocks and, with several tiers, promotes and prefetches), then
+// stores the rest of its chain, and its generated blocks after it when the trace has them
+// (engines keep decode KV). The store is the real TieredStore with the real policies, run
+// with synchronous moves so that a replay is deterministic; in metadata mode (the default)
+// no bytes move, in data mode every block's bytes go through the configured tiers.
+//
+// Thread-safety: Replay is a pure function of its inputs; calls may run concurrently.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvtier/block.h"
+#include "kvtier/eviction_policy.h"
+#include "kvtier/status.h"
+#include "kvtier/tier_config.h"
+
+namespace kvtier {
+
+struct ReplayBlock {
+  BlockKey key;
+  uint32_t tokens = 0;
+  BlockType type = BlockType::kUserContext;
+};
+
+struct ReplayRequest {
+  double arrival_s = 0;
+  TransitionType transition = TransitionType::kSameToolRepeat;
+  std::vector<ReplayBlock> prompt;  // chained, root first
+  std::vector<ReplayBlock> output;  // generated blocks, chained after the prompt; may be empty
+};
+
+struct ReplayOptions {
+  std::vector<PolicyKind> policies = {PolicyKind::kLru, PolicyKind::kEma, PolicyKind::kS3Fifo, PolicyKind::kArc,
+                                      PolicyKind::kBayes};
+  // Capacity of the single replay tier in blocks (0: use capacity_fraction).
+  uint64_t capacity_blocks = 0;
+  double capacity_fraction = 0.05;  // Default: 5% of the trace's unique blocks
+  uint32_t block_bytes = 1 << 20;   // Default: 1 MiB per block (sizes only, in metadata mode)
+  bool cache_output = true;         // Default: true (generated blocks are stored too)
+  // Recompute cost per token (cost_model.h) for the Bayesian policy's value; 0: one unit per
+  // token, so values are proportional to tokens.
+  double recompute_seconds_per_token = 1e-4;  // Default: 1e-4 s
+  double predictor_horizon_s = 0;             // Default: 0 = the predictor's default
+  // Data mode: real bytes through these tiers (their capacities replace capacity_blocks).
+  std::optional<TierConfig> data_tiers;
+
+  Status Validate() const;
+};
+
+struct ReplayPolicyResult {
+  std::string policy;              // "lru", ..., "opt", "ceiling"
+  uint64_t accesses = 0;           // blocks looked up
+  uint64_t hit_blocks = 0;
+  uint64_t tokens = 0;
+  uint64_t hit_tokens = 0;
+  double block_hit_rate = 0;
+  double token_hit_rate = 0;
+  double accesses_per_s = 0;       // replay speed (0 for the bounds)
+  std::vector<uint64_t> tier_hits;  // per tier (data mode with several tiers)
+};
+
+struct ReplayReport {
+  uint64_t requests = 0;
+  uint64_t accesses = 0;
+  uint64_t unique_blocks = 0;
+  uint64_t capacity_blocks = 0;
+  std::vector<ReplayPolicyResult> results;  // the policies in order, then "opt" and "ceiling"
+};
+
+Result<ReplayReport> Replay(const std::vector<ReplayRequest>& requests, const ReplayOptions& options);
+
+}  // namespace kvtier

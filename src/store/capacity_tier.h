@@ -1,0 +1,36 @@
+// CapacityTier: a tier that holds no bytes, only a capacity and a kind: what a metadata-only
+// TieredStore (StoreOptions::metadata_only) is opened with, where the store does the
+// accounting and never calls a tier's I/O. Its I/O methods refuse, so a store that is not
+// metadata-only fails loudly rather than losing blocks.
+//
+// Thread-safety: immutable.
+#pragma once
+
+#include <string>
+
+#include "kvtier/tier.h"
+
+namespace kvtier {
+
+class CapacityTier final : public Tier {
+ public:
+  CapacityTier(std::string name, TierKind kind, uint64_t capacity_bytes)
+      : name_(std::move(name)), kind_(kind), capacity_bytes_(capacity_bytes) {}
+
+  TierKind kind() const override { return kind_; }
+  const std::string& name() const override { return name_; }
+  Status Write(const BlockKey&, std::span<const std::byte>) override { return Refuse(); }
+  Result<std::size_t> Read(const BlockKey&, std::span<std::byte>) override { return Refuse(); }
+  std::optional<std::size_t> Size(const BlockKey&) const override { return std::nullopt; }
+  Status Evict(const BlockKey&) override { return Refuse(); }
+  TierStats GetStats() const override { return {.capacity_bytes = capacity_bytes_}; }
+
+ private:
+  Status Refuse() const { return Status::Unsupported(name_ + " holds no bytes: it serves metadata-only stores"); }
+
+  std::string name_;
+  TierKind kind_;
+  uint64_t capacity_bytes_;
+};
+
+}  // namespace kvtier
