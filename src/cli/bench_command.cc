@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "dedup_benchmark.h"
 #include "index_benchmark.h"
+#include "replay_benchmark.h"
 #include "tier_benchmark.h"
 
 namespace kvtier::cli {
@@ -51,6 +52,16 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   tiers->add_option("--kinds", tier_options->only_kinds, "Only these tier kinds (gpu_hbm, cpu_dram, cxl_memory, nvme, remote_pool, parallel_fs)");
   tiers->add_flag("--json", tier_options->json_flag, "Print JSON (the only format)");
   OnRun(tiers, tier_options, &bench::RunTierBenchmark, exit_code);
+
+  auto replay_options = std::make_shared<bench::ReplayBenchmarkOptions>();
+  CLI::App* replay = bench->add_subcommand("replay", "Replay speed per policy vs a bare LRU simulator");
+  replay->add_option("--requests", replay_options->requests, "Synthetic requests")->capture_default_str();
+  replay->add_option("--sessions", replay_options->sessions, "Sessions")->capture_default_str();
+  replay->add_option("--prompts", replay_options->prompts, "Shared system prompts")->capture_default_str();
+  replay->add_option("--capacity-frac", replay_options->capacity_fraction, "Capacity, share of unique blocks")->capture_default_str();
+  replay->add_option("--seed", replay_options->seed, "Workload seed")->capture_default_str();
+  replay->add_flag("--json", replay_options->json_flag, "Print JSON (the only format)");
+  OnRun(replay, replay_options, &bench::RunReplayBenchmark, exit_code);
 
   auto dedup_options = std::make_shared<bench::DedupBenchmarkOptions>();
   CLI::App* dedup = bench->add_subcommand("dedup", "Deduplicated checkpoint of a multi-tenant workload: raw vs written bytes");
