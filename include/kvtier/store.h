@@ -40,6 +40,8 @@
 
 #include "kvtier/block.h"
 #include "kvtier/eviction_policy.h"
+#include "kvtier/head_importance.h"
+#include "kvtier/kv_block_layout.h"
 #include "kvtier/reuse_predictor.h"
 #include "kvtier/status.h"
 #include "kvtier/tier.h"
@@ -71,6 +73,16 @@ struct StoreOptions {
   // Sizes only, no bytes: tiers are capacities, Put carries no payloads and Get copies
   // nothing. Trace replay's fast mode; the decisions are those of a store with data.
   bool metadata_only = false;  // Default: false
+  // Head-granular eviction (docs/head_granular.md): a block of exactly
+  // head_layout->block_bytes() bytes leaves a tier in two steps. Its first demotion moves
+  // only its least important head units (`head_demotion_fraction` of its bytes, chosen by
+  // `head_importance`) to the next tier and keeps the rest in place; its next demotion moves
+  // the rest. A read gathers the parts and reassembles the block bit-exactly. Without engine
+  // reports the importance is a prior: decisions are then labelled "assumed importance"
+  // (StoreStats::head_importance_assumed). Default: off (no layout).
+  std::optional<KvBlockLayout> head_layout;
+  std::shared_ptr<HeadImportance> head_importance;  // required with head_layout
+  double head_demotion_fraction = 0.5;              // Default: half of a block's bytes
 
   Status Validate() const;
 };
@@ -116,6 +128,9 @@ struct StoreStats {
   uint64_t corrupt_blocks = 0;  // reads a tier refused for a failed checksum
   uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0, prefetch_wasted_bytes = 0;
   int prefetch_window = 0;
+  uint64_t head_splits = 0;     // blocks whose least important heads were demoted alone
+  uint64_t head_split_reads = 0;  // reads that gathered a block from two tiers
+  bool head_importance_assumed = false;  // the importance behind the splits is a prior
   uint64_t queued_moves = 0;    // now
   uint64_t pinned_blocks = 0;   // now
   uint64_t index_blocks = 0;

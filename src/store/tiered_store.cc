@@ -54,6 +54,13 @@ Status StoreOptions::Validate() const {
   if (mover_threads < 1 || mover_threads > 256) return Status::InvalidArgument("store: mover_threads must be 1 to 256");
   if (max_queued_moves < 1) return Status::InvalidArgument("store: max_queued_moves must be at least 1");
   if (!(recompute_seconds_per_token >= 0)) return Status::InvalidArgument("store: recompute_seconds_per_token must be >= 0");
+  if (head_layout) {
+    KVTIER_RETURN_IF_ERROR(head_layout->Validate().WithContext("store: head_layout"));
+    if (head_importance == nullptr) return Status::InvalidArgument("store: head_layout needs head_importance");
+    if (!(head_demotion_fraction > 0 && head_demotion_fraction < 1)) {
+      return Status::InvalidArgument("store: head_demotion_fraction must be in (0, 1)");
+    }
+  }
   KVTIER_RETURN_IF_ERROR(policy_options.Validate());
   return predictor.Validate();
 }
@@ -65,6 +72,16 @@ struct TieredStore::Impl {
     uint32_t pins = 0;
     bool moving = false;      // a mover holds it: not a victim, not moved again
     bool prefetched = false;  // brought up by prefetch and not used since
+    // Head-granular: the copy in `upper_tier` holds only the units not in `lower`, packed;
+    // the `lower` units are packed under PartKey(key) in `lower_tier`.
+    struct Split {
+      int upper_tier = 0;
+      int lower_tier = 0;
+      HeadUnitMask lower;
+      uint32_t upper_bytes = 0;
+      uint32_t lower_bytes = 0;
+    };
+    std::optional<Split> split;
   };
   struct TierState {
     std::unique_ptr<Tier> tier;
@@ -96,6 +113,30 @@ struct TieredStore::Impl {
   int last_tier() const { return static_cast<int>(tiers.size()) - 1; }
 
   static int FastestTier(TierMask mask) { return mask == 0 ? -1 : std::countr_zero(static_cast<unsigned>(mask)); }
+
+  // Where a split block's demoted head units are stored (never a real block's key: chained
+  // keys are hashes, and this flips fixed bits of one).
+  static BlockKey PartKey(const BlockKey& key) { return {key.hi ^ 0x6865616470617274ull, key.lo ^ 1}; }
+
+  // The bytes tier `t` holds of a block of `full` bytes.
+  static uint32_t BytesIn(const Block& b, int t, uint32_t full) {
+    return b.split && b.split->upper_tier == t ? b.split->upper_bytes : full;
+  }
+
+  // Forgets a block's split: its lower part's bytes leave the lower tier's accounting, and
+  // the part's (tier, key) is returned for the caller to evict once `mu_` is released.
+  std::pair<int, BlockKey> ForgetSplitLocked(const BlockKey& key, Block& b) {
+    const Block::Split split = *b.split;
+    TierState& lower = tiers[static_cast<std::size_t>(split.lower_tier)];
+    lower.used -= std::min<uint64_t>(lower.used, split.lower_bytes);
+    b.split.reset();
+    return {split.lower_tier, PartKey(key)};
+  }
+
+  bool SplittableLocked(const BlockMeta& meta, const Block& b, int t, TierMask below) const {
+    return options.head_layout && t < last_tier() && !b.split && below == 0 &&
+           meta.size_bytes == options.head_layout->block_bytes();
+  }
 
   ResidentBlock Resident(const BlockKey& key, const BlockMeta& meta, const Block& b) const {
     return {.key = key,
@@ -214,9 +255,13 @@ struct TieredStore::Impl {
     if (ts.capacity > 0 && ts.used + bytes > ts.capacity) return Status::ResourceExhausted(ts.stats.name + " is full");
     return Status::Ok();
   }
+  // Reads exactly out.size() bytes: a block of another size was rewritten meanwhile (a head
+  // split), which the caller sees as NotFound and retries against the store's new record.
   Status ReadFrom(int t, const BlockKey& key, std::span<std::byte> out) {
     if (options.metadata_only) return Status::Ok();
-    return tiers[static_cast<std::size_t>(t)].tier->Read(key, out).status();
+    KVTIER_ASSIGN_OR_RETURN(std::size_t n, tiers[static_cast<std::size_t>(t)].tier->Read(key, out));
+    if (n != out.size()) return Status::NotFound("block " + key.ToHex() + " changed while it was read");
+    return Status::Ok();
   }
   void EvictFrom(int t, const BlockKey& key) {
     if (!options.metadata_only) (void)tiers[static_cast<std::size_t>(t)].tier->Evict(key);
@@ -229,7 +274,8 @@ struct TieredStore::Impl {
       struct Victim {
         BlockKey key;
         BlockMeta meta;
-        enum class Action { kLeave, kDrop, kDemote } action;
+        enum class Action { kLeave, kDrop, kDemote, kSplit } action;
+        HeadUnitMask lower;  // kSplit: the units that go down
       };
       std::vector<Victim> batch;
       {
@@ -250,9 +296,20 @@ struct TieredStore::Impl {
           }
           it->second.moving = true;
           RefreshEvictableLocked(*victim);
-          Victim v{*victim, info->meta, Victim::Action::kDemote};
+          Victim v{*victim, info->meta, Victim::Action::kDemote, {}};
           const TierMask below = static_cast<TierMask>(info->meta.tiers & ~((2u << t) - 1));
-          if (below != 0) {
+          if (SplittableLocked(info->meta, it->second, t, below)) {
+            const uint64_t bytes = static_cast<uint64_t>(options.head_demotion_fraction * info->meta.size_bytes);
+            Result<HeadSelection> plan = options.head_importance->PlanDemotion(*options.head_layout, bytes);
+            if (plan.ok() && !plan->units.None() && plan->units.Count() < options.head_layout->unit_count()) {
+              v.action = Victim::Action::kSplit;
+              v.lower = plan->units;
+              stats.head_importance_assumed = plan->assumed_importance;
+            }
+          }
+          if (v.action == Victim::Action::kSplit) {
+            // decided above
+          } else if (below != 0) {
             v.action = Victim::Action::kLeave;  // a copy below already: write-back costs nothing
           } else if (t == last_tier() ||
                      (options.policy == PolicyKind::kBayes && info->children == 0 &&
@@ -264,8 +321,9 @@ struct TieredStore::Impl {
             RefreshEvictableLocked(*victim);
             break;
           }
-          planned += info->meta.size_bytes;
-          batch.push_back(v);
+          planned += v.action == Victim::Action::kSplit ? options.head_layout->PackedBytes(v.lower)
+                                                        : BytesIn(it->second, t, info->meta.size_bytes);
+          batch.push_back(std::move(v));
         }
         if (batch.empty()) {
           ts.rebalance_queued = false;
@@ -278,7 +336,19 @@ struct TieredStore::Impl {
       std::vector<Tier::ReadOp> reads;
       std::vector<std::size_t> read_index;
       for (std::size_t i = 0; i < batch.size(); ++i) {
+        if (batch[i].action == Victim::Action::kSplit) {
+          Result<bool> split = SplitOut(batch[i].key, batch[i].meta, batch[i].lower, t);
+          moved[i] = split.status();
+          if (split.ok() && !*split) batch[i].action = Victim::Action::kDemote;  // it went down whole
+          continue;
+        }
         if (batch[i].action != Victim::Action::kDemote) continue;
+        if (HasSplit(batch[i].key)) {  // gather the parts, then move the whole block down
+          payloads[i].resize(batch[i].meta.size_bytes);
+          moved[i] = ReadGathered(batch[i].key, t, payloads[i]);
+          if (moved[i].ok()) moved[i] = WriteTo(t + 1, batch[i].key, payloads[i], batch[i].meta.size_bytes);
+          continue;
+        }
         if (options.metadata_only) {
           moved[i] = WriteTo(t + 1, batch[i].key, {}, batch[i].meta.size_bytes);
           if (moved[i].code() == StatusCode::kResourceExhausted) {
@@ -293,7 +363,11 @@ struct TieredStore::Impl {
       }
       if (!reads.empty()) {
         const std::vector<Result<std::size_t>> got = tiers[static_cast<std::size_t>(t)].tier->ReadBatch(reads);
-        for (std::size_t k = 0; k < got.size(); ++k) moved[read_index[k]] = got[k].status();
+        for (std::size_t k = 0; k < got.size(); ++k) {
+          moved[read_index[k]] = !got[k].ok() ? got[k].status()
+                                 : *got[k] == reads[k].out.size() ? Status::Ok()
+                                                                   : Status::NotFound("block changed while read");
+        }
         std::vector<Tier::WriteOp> writes;
         std::vector<std::size_t> write_index;
         for (std::size_t i : read_index) {
@@ -313,6 +387,8 @@ struct TieredStore::Impl {
         }
       }
       std::vector<BlockKey> leaving;
+      std::vector<std::pair<int, BlockKey>> parts_leaving;
+      bool progressed = false;
       {
         std::lock_guard lock(mu_);
         for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -323,13 +399,33 @@ struct TieredStore::Impl {
           const std::optional<BlockInfo> info = index.Find(v.key);
           if (!info || !(info->meta.tiers & (1u << t))) continue;
           TierState& ts = tiers[static_cast<std::size_t>(t)];
+          if (v.action == Victim::Action::kSplit) {
+            // Failed: the block is whole in this tier still (SplitOut restored it).
+            if (moved[i].ok()) {
+              const uint32_t lower_bytes = static_cast<uint32_t>(options.head_layout->PackedBytes(v.lower));
+              it->second.split = Block::Split{.upper_tier = t,
+                                              .lower_tier = t + 1,
+                                              .lower = v.lower,
+                                              .upper_bytes = v.meta.size_bytes - lower_bytes,
+                                              .lower_bytes = lower_bytes};
+              ts.used -= std::min<uint64_t>(ts.used, lower_bytes);
+              tiers[static_cast<std::size_t>(t + 1)].used += lower_bytes;
+              ++stats.head_splits;
+              ++ts.stats.demotions;
+              progressed = true;
+            }
+            RefreshEvictableLocked(v.key);
+            continue;
+          }
+          const uint32_t here = BytesIn(it->second, t, v.meta.size_bytes);
           if (v.action == Victim::Action::kDemote) {
             if (!moved[i].ok()) {
               // Could not move it (the lower tier failed): drop it if it is a leaf, else keep
               // it here; either way the next victim is tried.
               if (info->children == 0 && it->second.pins == 0) {
                 ++ts.stats.drops;
-                RemoveFromTierLocked(v.key, t, v.meta.size_bytes);
+                if (it->second.split) parts_leaving.push_back(ForgetSplitLocked(v.key, it->second));
+                RemoveFromTierLocked(v.key, t, here);
                 leaving.push_back(v.key);
                 ForgetLocked(v.key);
               } else {
@@ -346,20 +442,88 @@ struct TieredStore::Impl {
             }
             ++ts.stats.drops;
           }
-          RemoveFromTierLocked(v.key, t, v.meta.size_bytes);
+          // The copy here leaves (moved down whole, dropped, or held below already): so does
+          // the lower half of its split, if it had one.
+          if (it->second.split && it->second.split->upper_tier == t) {
+            parts_leaving.push_back(ForgetSplitLocked(v.key, it->second));
+          }
+          RemoveFromTierLocked(v.key, t, here);
           leaving.push_back(v.key);
           if (v.action == Victim::Action::kDrop) ForgetLocked(v.key);
           RefreshEvictableLocked(v.key);
         }
       }
       for (const BlockKey& key : leaving) EvictFrom(t, key);
+      for (const auto& [tier, part] : parts_leaving) EvictFrom(tier, part);
       KickRebalances();  // the tier below may be over its watermark now
-      if (leaving.empty()) {  // nothing could leave (pinned, interior, lower tiers failing)
+      if (leaving.empty() && !progressed) {  // nothing could leave (pinned, interior, lower tiers failing)
         std::lock_guard lock(mu_);
         tiers[static_cast<std::size_t>(t)].rebalance_queued = false;
         return;
       }
     }
+  }
+
+  bool HasSplit(const BlockKey& key) {
+    std::lock_guard lock(mu_);
+    auto it = blocks.find(key);
+    return it != blocks.end() && it->second.split.has_value();
+  }
+
+  // Head-granular demotion of a whole block in tier `t`: its `lower` units go to tier t + 1
+  // under PartKey and the rest replaces the whole block in tier t. The whole block's slot is
+  // freed first, so that the smaller part can take space a size class released (slab
+  // rebalancing); when tier t still has no room for the part, the block moves down whole
+  // instead. Returns whether it was split (false: moved whole). A read racing this sees the
+  // block missing or of another size for a moment and retries (ReadFrom).
+  Result<bool> SplitOut(const BlockKey& key, const BlockMeta& meta, const HeadUnitMask& lower, int t) {
+    const KvBlockLayout& layout = *options.head_layout;
+    const uint32_t lower_bytes = static_cast<uint32_t>(layout.PackedBytes(lower));
+    if (options.metadata_only) {
+      KVTIER_RETURN_IF_ERROR(WriteTo(t + 1, PartKey(key), {}, lower_bytes));
+      return true;
+    }
+    std::vector<std::byte> block(meta.size_bytes);
+    KVTIER_RETURN_IF_ERROR(ReadFrom(t, key, block));
+    std::vector<std::byte> part(lower_bytes);
+    KVTIER_RETURN_IF_ERROR(PackUnitsInto(layout, block, lower, part));
+    Status s = WriteTo(t + 1, PartKey(key), part, lower_bytes);
+    if (s.code() == StatusCode::kResourceExhausted) {
+      Rebalance(t + 1, lower_bytes);
+      s = WriteTo(t + 1, PartKey(key), part, lower_bytes);
+    }
+    KVTIER_RETURN_IF_ERROR(s);
+    const HeadUnitMask upper = lower.Complement();
+    std::vector<std::byte> kept(layout.PackedBytes(upper));
+    KVTIER_RETURN_IF_ERROR(PackUnitsInto(layout, block, upper, kept));
+    Tier& here = *tiers[static_cast<std::size_t>(t)].tier;
+    (void)here.Evict(key);
+    if (here.Write(key, kept).ok()) return true;
+    // No room for the part here: the block goes down whole, or failing that back up whole.
+    EvictFrom(t + 1, PartKey(key));
+    if (WriteTo(t + 1, key, block, meta.size_bytes).ok()) return false;
+    KVTIER_RETURN_IF_ERROR(here.Write(key, block).WithContext("store: a failed head split could not restore block " +
+                                                               key.ToHex()));
+    return Status::Unavailable("store: no room below for block " + key.ToHex());
+  }
+
+  // Reads a block from tier `t`, gathering its parts when its copy there is split.
+  Status ReadGathered(const BlockKey& key, int t, std::span<std::byte> out) {
+    std::optional<Block::Split> split;
+    {
+      std::lock_guard lock(mu_);
+      auto it = blocks.find(key);
+      if (it != blocks.end() && it->second.split && it->second.split->upper_tier == t) split = it->second.split;
+    }
+    if (!split) return ReadFrom(t, key, out);
+    if (options.metadata_only) return Status::Ok();
+    const KvBlockLayout& layout = *options.head_layout;
+    const HeadUnitMask upper = split->lower.Complement();
+    std::vector<std::byte> part(std::max(split->upper_bytes, split->lower_bytes));
+    KVTIER_RETURN_IF_ERROR(ReadFrom(t, key, std::span(part).first(split->upper_bytes)));
+    KVTIER_RETURN_IF_ERROR(UnpackUnits(layout, std::span(part).first(split->upper_bytes), upper, out));
+    KVTIER_RETURN_IF_ERROR(ReadFrom(split->lower_tier, PartKey(key), std::span(part).first(split->lower_bytes)));
+    return UnpackUnits(layout, std::span(part).first(split->lower_bytes), split->lower, out);
   }
 
   // Writes the block into the fastest tier before `end` that admits it, making room by
@@ -559,6 +723,7 @@ Result<std::size_t> TieredStore::Get(std::span<const BlockKey> keys, std::span<c
   }
   std::size_t read = 0;
   std::vector<BlockKey> from_below;  // promoted once the request has its bytes
+  std::vector<std::pair<int, BlockKey>> corrupt_parts, corrupt_copies;  // evicted after the reads
   std::vector<BlockKey> prefetch;
   std::size_t prefetched_until = 0;
   std::optional<BlockKey> previous;
@@ -567,6 +732,7 @@ Result<std::size_t> TieredStore::Get(std::span<const BlockKey> keys, std::span<c
     bool done = false;
     for (int attempt = 0; attempt < kReadAttempts && !done; ++attempt) {
       int t = -1;
+      std::size_t size = 0;
       {
         std::lock_guard lock(s.mu_);
         const std::optional<BlockInfo> info = s.index.Find(key);
@@ -577,11 +743,14 @@ Result<std::size_t> TieredStore::Get(std::span<const BlockKey> keys, std::span<c
                                          std::to_string(info->meta.size_bytes));
         }
         t = Impl::FastestTier(info->meta.tiers);
+        size = info->meta.size_bytes;
       }
       Impl::TierState& ts = s.tiers[static_cast<std::size_t>(t)];
-      const Status n = s.ReadFrom(t, key, s.options.metadata_only ? std::span<std::byte>() : outs[i]);
+      const bool gathered = s.HasSplit(key);
+      const Status n = s.ReadGathered(key, t, s.options.metadata_only ? std::span<std::byte>() : outs[i].first(size));
       std::lock_guard lock(s.mu_);
       if (n.ok()) {
+        if (gathered) ++s.stats.head_split_reads;
         ++ts.stats.hits;
         ts.policy->Touch(key, transition, s.Now());
         s.index.Touch({&key, 1}, static_cast<uint64_t>(s.Now() * 1e6));
@@ -606,7 +775,15 @@ Result<std::size_t> TieredStore::Get(std::span<const BlockKey> keys, std::span<c
         // The tier dropped the block: forget that copy and try the next one.
         ++s.stats.corrupt_blocks;
         const std::optional<BlockInfo> info = s.index.Find(key);
-        if (info && (info->meta.tiers & (1u << t))) s.RemoveFromTierLocked(key, t, info->meta.size_bytes);
+        auto it = s.blocks.find(key);
+        if (info && it != s.blocks.end() && (info->meta.tiers & (1u << t))) {
+          const uint32_t here = Impl::BytesIn(it->second, t, info->meta.size_bytes);
+          if (it->second.split && it->second.split->upper_tier == t) {
+            corrupt_parts.push_back(s.ForgetSplitLocked(key, it->second));
+          }
+          s.RemoveFromTierLocked(key, t, here);
+          corrupt_copies.push_back({t, key});
+        }
       } else if (n.code() != StatusCode::kNotFound) {
         return n.WithContext("store: reading block " + std::to_string(i));
       }
@@ -623,6 +800,9 @@ Result<std::size_t> TieredStore::Get(std::span<const BlockKey> keys, std::span<c
     s.stats.get_blocks += read;
     if (read < keys.size()) ++s.stats.get_misses;
   }
+  // A tier drops a block whose checksum failed; the halves of a split one are dropped here.
+  for (const auto& [t, key] : corrupt_parts) s.EvictFrom(t, key);
+  for (const auto& [t, key] : corrupt_copies) s.EvictFrom(t, key);
   if (s.options.promote_on_read && !from_below.empty()) PromoteOrPrefetch(std::move(from_below), /*prefetch=*/false);
   s.KickRebalances();
   return read;
@@ -652,7 +832,7 @@ void TieredStore::PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch) {
         if (prefetch) ++st.stats.prefetch_issued;
       }
       std::vector<std::byte> payload(st.options.metadata_only ? 0 : meta.size_bytes);
-      const Status n = st.ReadFrom(from, key, payload);
+      const Status n = st.ReadGathered(key, from, payload);
       Result<int> placed = n.ok() ? st.Place(key, meta, b, payload, from) : Result<int>(n);
       std::lock_guard lock(st.mu_);
       auto it = st.blocks.find(key);

@@ -230,6 +230,32 @@ TEST(TieredStore, SharedSystemPromptSurvivesAFloodUnderBayesNotLru) {
   EXPECT_GT(bayes, 0.8) << "the Bayesian policy should learn the prompt is reused";
 }
 
+// Head-granular eviction: blocks of a (small) model's layout lose their least important head
+// units to the slow tier first; every block still reads back bit-exact, gathered from both.
+TEST(TieredStore, HeadGranularDemotionKeepsBlocksBitExact) {
+  const KvBlockLayout layout{.layers = 8, .kv_heads = 8, .tokens = 16, .k_dim = 64, .v_dim = 64, .element_bytes = 2};
+  ASSERT_EQ(layout.block_bytes(), kBlockBytes);
+  Result<std::unique_ptr<HeadImportance>> importance = HeadImportance::Create(layout.layers, layout.kv_heads);
+  ASSERT_TRUE(importance.ok()) << importance.status().ToString();
+  StoreOptions options;
+  options.policy = PolicyKind::kLru;
+  options.synchronous_moves = true;
+  options.prefetch = false;
+  options.promote_on_read = false;
+  options.head_layout = layout;
+  options.head_importance = std::shared_ptr<HeadImportance>(std::move(*importance));
+  // 4 slabs above (32 blocks). The first victims go down whole until a slab empties and the
+  // half-size parts can take it (slab rebalancing); from then on victims are split.
+  auto store = TwoTierStore(32 * kBlockBytes, 128 * kBlockBytes, options);
+  ASSERT_NE(store, nullptr);
+  for (uint64_t chain = 0; chain < 20; ++chain) PutChain(*store, chain, 3);  // 60 blocks
+  const StoreStats stats = store->GetStats();
+  EXPECT_GT(stats.head_splits, 0u);
+  EXPECT_TRUE(stats.head_importance_assumed) << "no engine reported importance: the split used the prior";
+  for (uint64_t chain = 0; chain < 20; ++chain) EXPECT_EQ(GetChain(*store, chain, 3), 3u) << chain;
+  EXPECT_GT(store->GetStats().head_split_reads, 0u) << "some block was read from both tiers";
+}
+
 TEST(TieredStore, ConcurrentPutsAndGetsLoseNothing) {
   auto store = TwoTierStore(16 * kBlockBytes, 1024 * kBlockBytes);
   ASSERT_NE(store, nullptr);

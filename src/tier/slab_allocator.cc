@@ -70,28 +70,61 @@ SlabAllocator::~SlabAllocator() {
 
 std::byte* SlabAllocator::Allocate(std::size_t size) {
   const std::size_t slot = ClassSize(size);
-  const std::size_t slab = (slot + kSlabBytes - 1) / kSlabBytes * kSlabBytes;
+  const std::size_t units = (slot + kSlabBytes - 1) / kSlabBytes;
   std::lock_guard lock(mutex_);
+  if (slabs_.empty()) slabs_.resize(region_bytes_ / kSlabBytes);
   SizeClass& c = classes_[slot];
+  std::byte* out = nullptr;
   if (!c.free.empty()) {
-    std::byte* out = c.free.back();
+    out = c.free.back();
     c.free.pop_back();
-    return out;
+  } else {
+    if (c.cursor == nullptr || c.cursor + slot > c.end) {
+      // A new slab: a released one of the same span, else fresh space.
+      std::size_t first_unit = 0;
+      auto pool = free_slabs_.find(units);
+      if (pool != free_slabs_.end() && !pool->second.empty()) {
+        first_unit = pool->second.back();
+        pool->second.pop_back();
+      } else if (carved_ + units * kSlabBytes <= region_bytes_) {
+        first_unit = carved_ / kSlabBytes;
+        carved_ += units * kSlabBytes;
+      } else {
+        return nullptr;
+      }
+      slabs_[first_unit] = {.slot = slot, .units = units, .live = 0};
+      c.cursor = region_ + first_unit * kSlabBytes;
+      c.end = c.cursor + units * kSlabBytes;
+    }
+    out = c.cursor;
+    c.cursor += slot;
   }
-  if (c.cursor == nullptr || c.cursor + slot > c.end) {
-    if (carved_ + slab > region_bytes_) return nullptr;
-    c.cursor = region_ + carved_;
-    c.end = c.cursor + slab;
-    carved_ += slab;
-  }
-  std::byte* out = c.cursor;
-  c.cursor += slot;
+  ++slabs_[SlabOf(out)].live;
   return out;
 }
 
 void SlabAllocator::Free(std::byte* slot, std::size_t size) {
   std::lock_guard lock(mutex_);
   classes_[ClassSize(size)].free.push_back(slot);
+  const std::size_t first_unit = SlabOf(slot);
+  if (--slabs_[first_unit].live == 0) ReleaseSlabLocked(first_unit);
+}
+
+// A slab's first unit: slots of classes up to 2 MiB lie in one unit; a larger class's slab is
+// one slot, which starts at the slab.
+std::size_t SlabAllocator::SlabOf(const std::byte* slot) const {
+  return static_cast<std::size_t>(slot - region_) / kSlabBytes;
+}
+
+void SlabAllocator::ReleaseSlabLocked(std::size_t first_unit) {
+  Slab& slab = slabs_[first_unit];
+  SizeClass& c = classes_[slab.slot];
+  std::byte* const begin = region_ + first_unit * kSlabBytes;
+  std::byte* const end = begin + slab.units * kSlabBytes;
+  std::erase_if(c.free, [&](std::byte* p) { return p >= begin && p < end; });
+  if (c.cursor >= begin && c.cursor <= end) c.cursor = c.end = nullptr;  // its unused tail goes too
+  free_slabs_[slab.units].push_back(first_unit);
+  slab = {};
 }
 
 }  // namespace kvtier

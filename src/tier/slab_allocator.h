@@ -3,10 +3,13 @@
 // The region is split into 2 MiB slabs on demand; a slab serves one size class (a payload
 // size rounded up to 4 KiB) for its lifetime, and freed slots return to their class's free
 // list. A model's blocks all have one size, so they fill whole slabs and never fragment the
-// region. Written here because the general allocators (malloc, jemalloc) neither reserve and
-// lock one NUMA-bound region nor keep a tier's capacity exact; CacheLib's slab allocator,
-// which does, is not packaged for Debian. Costs: a slab never changes class (no rebalancing
-// yet), so a workload that switches block sizes can strand free slots in the old class.
+// region. A slab whose slots are all free again goes back to a pool of free slabs, from which
+// any class takes its next slab: that is the rebalancing between classes, so a workload that
+// changes block sizes (or head-granular splits, which store parts of blocks) does not strand
+// the space of the old class. Written here because the general allocators (malloc, jemalloc)
+// neither reserve and lock one NUMA-bound region nor keep a tier's capacity exact; CacheLib's
+// slab allocator, which does, is not packaged for Debian. Costs: a slab goes back only when
+// every slot in it is free; a slab with one live slot keeps its class.
 //
 // Thread-safety: Allocate and Free may be called concurrently (one internal mutex).
 #pragma once
@@ -14,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -62,6 +66,15 @@ class SlabAllocator {
     std::byte* cursor = nullptr;  // next unused slot of the class's newest slab
     std::byte* end = nullptr;
   };
+  // Per 2 MiB unit of the region; meaningful on the first unit of a slab.
+  struct Slab {
+    std::size_t slot = 0;   // the class's slot size; 0 while the unit is in no slab
+    std::size_t units = 0;  // 2 MiB units the slab spans
+    uint32_t live = 0;      // slots handed out and not freed
+  };
+
+  std::size_t SlabOf(const std::byte* slot) const;
+  void ReleaseSlabLocked(std::size_t first_unit);
 
   SlabAllocator(std::byte* region, uint64_t bytes, bool locked, bool pinned, int fd)
       : region_(region), region_bytes_(bytes), locked_(locked), pinned_(pinned), fd_(fd) {}
@@ -74,6 +87,8 @@ class SlabAllocator {
   std::mutex mutex_;
   uint64_t carved_ = 0;                                   // GUARDED_BY(mutex_)
   std::unordered_map<std::size_t, SizeClass> classes_;    // GUARDED_BY(mutex_)
+  std::vector<Slab> slabs_;                               // GUARDED_BY(mutex_): per 2 MiB unit
+  std::map<std::size_t, std::vector<std::size_t>> free_slabs_;  // GUARDED_BY(mutex_): by units, first units
 };
 
 }  // namespace kvtier
