@@ -88,5 +88,29 @@ TEST(CxlTier, BadPathsAndOptionsAreClearErrors) {
   EXPECT_NE(missing_dir.status().message().find("/no/such/dir/cxl"), std::string::npos);
 }
 
+// Slabs go back to a free pool when all their slots are free, so a tier that held one block
+// size can be filled with another (the region does not stay carved for the first size).
+TEST(DramTierSlabs, EmptySlabsServeAnotherSizeClass) {
+  Result<std::unique_ptr<Tier>> tier =
+      NewDramTier({.capacity_bytes = 8u << 20, .lock_memory = false, .huge_pages = false, .pin_for_gpu = false});
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  const std::vector<std::byte> big(256u << 10, std::byte{1}), small(96u << 10, std::byte{2});
+  uint64_t n = 0;
+  while ((*tier)->Write({1, n}, big).ok()) ++n;
+  EXPECT_EQ(n, 32u);  // 4 slabs of 8
+  for (uint64_t i = 0; i < n; ++i) ASSERT_TRUE((*tier)->Evict({1, i}).ok());
+  uint64_t m = 0;
+  while ((*tier)->Write({2, m}, small).ok()) ++m;
+  EXPECT_EQ(m, 4u * ((2u << 20) / (96u << 10)));  // every slab now serves the 96 KiB class
+  // A slab with one live block keeps its class: free all but one block of the first slab.
+  for (uint64_t i = 1; i < m; ++i) ASSERT_TRUE((*tier)->Evict({2, i}).ok());
+  uint64_t k = 0;
+  while ((*tier)->Write({3, k}, big).ok()) ++k;
+  EXPECT_EQ(k, 24u);  // three slabs came back, the fourth still holds block {2, 0}
+  std::vector<std::byte> out(small.size());
+  ASSERT_TRUE((*tier)->Read({2, 0}, out).ok());
+  EXPECT_EQ(out, small);
+}
+
 }  // namespace
 }  // namespace kvtier
