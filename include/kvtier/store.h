@@ -39,9 +39,11 @@
 #include <vector>
 
 #include "kvtier/block.h"
+#include "kvtier/cost_model.h"
 #include "kvtier/eviction_policy.h"
 #include "kvtier/head_importance.h"
 #include "kvtier/kv_block_layout.h"
+#include "kvtier/prefetch_window.h"
 #include "kvtier/reuse_predictor.h"
 #include "kvtier/status.h"
 #include "kvtier/tier.h"
@@ -51,8 +53,14 @@ namespace kvtier {
 struct StoreOptions {
   PolicyKind policy = PolicyKind::kBayes;  // Default: the paper's Bayesian policy
   // Per-tier knobs; tier_bandwidth_bytes_per_s / tier_latency_s are set per tier from
-  // `tier_costs` (or the paper's table for the tier's kind) when left at their defaults.
+  // `tier_costs` when left at their defaults.
   PolicyOptions policy_options;
+  // What loading a block from each tier costs, fastest tier first. Default: empty, the
+  // paper's table for each tier's kind (DefaultTierCost); `kvtier bench tiers` measures them.
+  std::vector<TierCost> tier_costs;
+  // The served model on its GPUs: recompute time of a block (the Bayesian policy's value) and
+  // the load-or-recompute decision of Lookup. Default: none (recompute_seconds_per_token).
+  std::optional<PrefillCostModel> cost_model;
   ReusePredictorOptions predictor;
   double high_watermark = 0.95;  // Default: 0.95 of a tier's capacity starts demotion
   double low_watermark = 0.85;   // Default: demotion stops at 0.85
@@ -60,8 +68,7 @@ struct StoreOptions {
   double drop_below_p_reuse = 0.02;  // Default: 0.02
   bool promote_on_read = true;       // Default: true
   bool prefetch = true;              // Default: true (RoPE-aware, adaptive window)
-  int prefetch_initial_window = 4;   // Default: 4 blocks
-  int prefetch_max_window = 32;      // Default: 32 blocks
+  PrefetchWindowOptions prefetch_window;  // Default: prefetch_window.h's
   int mover_threads = 2;             // Default: 2
   std::size_t max_queued_moves = 1024;  // Default: 1024 moves waiting, then producers wait
   bool synchronous_moves = false;    // Default: false (trace replay sets it: deterministic)
@@ -107,6 +114,11 @@ struct PutResult {
 struct LookupResult {
   std::size_t prefix_blocks = 0;  // the longest prefix of the keys that is stored
   std::vector<int> tier;          // per prefix block: the index of the fastest tier holding it
+  // With a cost model: the prefix worth loading. It ends at the first block whose load from
+  // its tier would take longer than recomputing it (the engine recomputes from there), and
+  // each stored block's decision with its inputs is in `decisions`. Without one: prefix_blocks.
+  std::size_t load_blocks = 0;
+  std::vector<LoadDecision> decisions;
 };
 
 struct StoreTierStats {
@@ -128,6 +140,7 @@ struct StoreStats {
   uint64_t corrupt_blocks = 0;  // reads a tier refused for a failed checksum
   uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0, prefetch_wasted_bytes = 0;
   int prefetch_window = 0;
+  uint64_t recompute_preferred = 0;  // lookups whose loadable prefix the cost model cut short
   uint64_t head_splits = 0;     // blocks whose least important heads were demoted alone
   uint64_t head_split_reads = 0;  // reads that gathered a block from two tiers
   bool head_importance_assumed = false;  // the importance behind the splits is a prior

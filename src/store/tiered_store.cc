@@ -18,23 +18,6 @@
 namespace kvtier {
 namespace {
 
-// The paper's table (PAPER.md, T0-T5): what a tier's load costs when it was not measured.
-struct KindCost {
-  double bandwidth_bytes_per_s;
-  double latency_s;
-};
-KindCost PaperTierCost(TierKind kind) {
-  switch (kind) {
-    case TierKind::kGpuHbm: return {3.35e12, 100e-9};
-    case TierKind::kCpuDram: return {204e9, 2e-6};
-    case TierKind::kCxlMemory: return {64e9, 500e-9};
-    case TierKind::kNvme: return {12e9, 10e-6};
-    case TierKind::kRemotePool: return {50e9, 50e-6};
-    case TierKind::kParallelFs: return {2e9, 1e-3};
-  }
-  return {1e9, 1e-3};
-}
-
 constexpr std::size_t kDemotionBatch = 16;  // victims moved per batch
 constexpr int kReadAttempts = 4;            // a read racing a move retries at the new place
 
@@ -48,9 +31,8 @@ Status StoreOptions::Validate() const {
   if (!(drop_below_p_reuse >= 0 && drop_below_p_reuse <= 1)) {
     return Status::InvalidArgument("store: drop_below_p_reuse must be in [0, 1]");
   }
-  if (prefetch_initial_window < 0 || prefetch_max_window < prefetch_initial_window || prefetch_max_window > 4096) {
-    return Status::InvalidArgument("store: need 0 <= prefetch_initial_window <= prefetch_max_window <= 4096");
-  }
+  KVTIER_RETURN_IF_ERROR(prefetch_window.Validate().WithContext("store: prefetch_window"));
+  for (const TierCost& cost : tier_costs) KVTIER_RETURN_IF_ERROR(cost.Validate().WithContext("store: tier_costs"));
   if (mover_threads < 1 || mover_threads > 256) return Status::InvalidArgument("store: mover_threads must be 1 to 256");
   if (max_queued_moves < 1) return Status::InvalidArgument("store: max_queued_moves must be at least 1");
   if (!(recompute_seconds_per_token >= 0)) return Status::InvalidArgument("store: recompute_seconds_per_token must be >= 0");
@@ -68,6 +50,7 @@ Status StoreOptions::Validate() const {
 struct TieredStore::Impl {
   struct Block {
     uint32_t tokens = 0;
+    uint64_t tokens_before = 0;  // in the chain before this block (its attention context)
     double recompute_s = 0;
     uint32_t pins = 0;
     bool moving = false;      // a mover holds it: not a victim, not moved again
@@ -87,6 +70,7 @@ struct TieredStore::Impl {
     std::unique_ptr<Tier> tier;
     std::unique_ptr<EvictionPolicy> policy;
     uint64_t capacity = 0;  // 0: unbounded, never demoted from
+    TierCost cost;
     uint64_t used = 0;      // bytes of blocks the store placed here
     uint64_t blocks = 0;
     bool rebalance_queued = false;
@@ -102,7 +86,7 @@ struct TieredStore::Impl {
   std::unordered_map<BlockKey, Block, BlockKeyHash> blocks;  // GUARDED_BY(mu_)
   std::vector<TierState> tiers;                            // GUARDED_BY(mu_) except `tier`
   StoreStats stats;                                        // GUARDED_BY(mu_): the store-wide counters
-  int prefetch_window = 0;                                 // GUARDED_BY(mu_)
+  std::unique_ptr<PrefetchWindow> prefetch_window;         // thread-safe itself
 
   std::unique_ptr<TaskPool> movers;
   std::mutex flight_mu_;
@@ -184,7 +168,7 @@ struct TieredStore::Impl {
       it->second.prefetched = false;
       ++stats.prefetch_wasted;
       stats.prefetch_wasted_bytes += bytes;
-      AdaptPrefetchWindowLocked(/*used=*/false);
+      prefetch_window->OnWasted(1, bytes);
     }
   }
 
@@ -196,16 +180,6 @@ struct TieredStore::Impl {
     if (!index.Evict(key).ok()) return;
     blocks.erase(key);
     if (info->parent) RefreshEvictableLocked(*info->parent);
-  }
-
-  // RoPE-aware prefetch: the window grows while prefetched blocks are used and shrinks when
-  // they are evicted unused (additive increase, multiplicative decrease).
-  void AdaptPrefetchWindowLocked(bool used) {
-    if (used) {
-      prefetch_window = std::min(options.prefetch_max_window, prefetch_window + 1);
-    } else {
-      prefetch_window = std::max(1, prefetch_window / 2);
-    }
   }
 
   bool OverHighWatermarkLocked(int t) const {
@@ -223,6 +197,10 @@ struct TieredStore::Impl {
       std::lock_guard lock(flight_mu_);
       ++in_flight;
     }
+    // The movers' queue is where prefetches wait for bandwidth: its occupancy stops the
+    // window from growing when the tiers are busy.
+    prefetch_window->SetBandwidthUtilization(static_cast<double>(movers->queued()) /
+                                             static_cast<double>(options.max_queued_moves));
     movers->Submit([this, move = std::move(move)] {
       move();
       std::lock_guard lock(flight_mu_);
@@ -567,10 +545,15 @@ Result<std::unique_ptr<TieredStore>> TieredStore::Open(std::vector<std::unique_p
     const auto start = std::chrono::steady_clock::now();
     impl->clock = [start] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   }
+  if (!options.tier_costs.empty() && options.tier_costs.size() != tiers.size()) {
+    return Status::InvalidArgument("store: tier_costs has " + std::to_string(options.tier_costs.size()) +
+                                   " entries for " + std::to_string(tiers.size()) + " tiers");
+  }
+  KVTIER_ASSIGN_OR_RETURN(impl->prefetch_window, PrefetchWindow::Create(options.prefetch_window));
   const PolicyOptions defaults;
   for (std::size_t t = 0; t < tiers.size(); ++t) {
     PolicyOptions po = options.policy_options;
-    const KindCost cost = PaperTierCost(tiers[t]->kind());
+    const TierCost cost = options.tier_costs.empty() ? DefaultTierCost(tiers[t]->kind()) : options.tier_costs[t];
     if (po.tier_bandwidth_bytes_per_s == defaults.tier_bandwidth_bytes_per_s) po.tier_bandwidth_bytes_per_s = cost.bandwidth_bytes_per_s;
     if (po.tier_latency_s == defaults.tier_latency_s) po.tier_latency_s = cost.latency_s;
     po.bayes_learn = t == 0;  // every access goes through the fastest tier's policy once
@@ -578,13 +561,13 @@ Result<std::unique_ptr<TieredStore>> TieredStore::Open(std::vector<std::unique_p
                             NewEvictionPolicy(options.policy, po, impl->predictor));
     Impl::TierState ts;
     ts.capacity = tiers[t]->GetStats().capacity_bytes;
+    ts.cost = cost;
     ts.stats.name = tiers[t]->name();
     ts.stats.kind = tiers[t]->kind();
     ts.tier = std::move(tiers[t]);
     ts.policy = std::move(policy);
     impl->tiers.push_back(std::move(ts));
   }
-  impl->prefetch_window = options.prefetch_initial_window;
   if (!options.synchronous_moves) impl->movers = std::make_unique<TaskPool>(options.mover_threads, options.max_queued_moves);
   impl->options = std::move(options);
   return std::unique_ptr<TieredStore>(new TieredStore(std::move(impl)));
@@ -640,13 +623,21 @@ Result<PutResult> TieredStore::Put(std::span<const BlockPut> blocks, const std::
     }
   } putting{s, {}};
   std::optional<BlockKey> previous = parent;
+  uint64_t tokens_before = 0;
+  if (parent) {
+    std::lock_guard lock(s.mu_);
+    auto it = s.blocks.find(*parent);
+    if (it != s.blocks.end()) tokens_before = it->second.tokens_before + it->second.tokens;
+  }
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     const BlockPut& p = blocks[i];
     const uint32_t bytes = p.bytes != 0 ? p.bytes : static_cast<uint32_t>(p.payload.size());
     BlockMeta meta{.size_bytes = bytes, .type = p.type, .transition = p.transition};
-    Impl::Block b{.tokens = p.tokens,
-                  .recompute_s = p.recompute_seconds > 0 ? p.recompute_seconds
-                                                         : p.tokens * s.options.recompute_seconds_per_token};
+    Impl::Block b{.tokens = p.tokens, .tokens_before = tokens_before};
+    b.recompute_s = p.recompute_seconds > 0 ? p.recompute_seconds
+                    : s.options.cost_model ? s.options.cost_model->RecomputeSeconds(p.tokens, tokens_before)
+                                           : p.tokens * s.options.recompute_seconds_per_token;
+    tokens_before += p.tokens;
     {
       std::lock_guard lock(s.mu_);
       ++s.stats.put_blocks;
@@ -707,10 +698,26 @@ LookupResult TieredStore::Lookup(std::span<const BlockKey> keys) const {
   for (const BlockKey& key : keys) {
     const std::optional<BlockInfo> info = s.index.Find(key);
     if (!info || info->meta.tiers == 0 || info->parent != previous) break;
-    result.tier.push_back(Impl::FastestTier(info->meta.tiers));
+    const int t = Impl::FastestTier(info->meta.tiers);
+    result.tier.push_back(t);
+    if (s.options.cost_model) {
+      auto it = s.blocks.find(key);
+      const uint64_t tokens = it == s.blocks.end() ? 0 : it->second.tokens;
+      const uint64_t before = it == s.blocks.end() ? 0 : it->second.tokens_before;
+      result.decisions.push_back(DecideLoad(*s.options.cost_model, s.tiers[static_cast<std::size_t>(t)].cost,
+                                            info->meta.size_bytes, tokens, before));
+    }
     previous = key;
   }
   result.prefix_blocks = result.tier.size();
+  result.load_blocks = result.prefix_blocks;
+  for (std::size_t i = 0; i < result.decisions.size(); ++i) {
+    if (!result.decisions[i].load) {
+      result.load_blocks = i;
+      ++s.stats.recompute_preferred;
+      break;
+    }
+  }
   s.stats.lookup_hit_blocks += result.prefix_blocks;
   return result;
 }
@@ -758,14 +765,14 @@ Result<std::size_t> TieredStore::Get(std::span<const BlockKey> keys, std::span<c
         if (t == 0 && it != s.blocks.end() && it->second.prefetched) {
           it->second.prefetched = false;
           ++s.stats.prefetch_used;
-          s.AdaptPrefetchWindowLocked(/*used=*/true);
+          s.prefetch_window->OnUsed(1);
         }
         if (t > 0) {
           from_below.push_back(key);
           // RoPE-aware prefetch: attention will want the blocks right after this one next;
           // start loading the window after it while this request goes on reading.
           if (s.options.prefetch && i + 1 > prefetched_until) {
-            const std::size_t end = std::min(keys.size(), i + 1 + static_cast<std::size_t>(s.prefetch_window));
+            const std::size_t end = std::min(keys.size(), i + 1 + static_cast<std::size_t>(s.prefetch_window->window()));
             prefetch.assign(keys.begin() + static_cast<std::ptrdiff_t>(i + 1), keys.begin() + static_cast<std::ptrdiff_t>(end));
             prefetched_until = end;
           }
@@ -841,7 +848,10 @@ void TieredStore::PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch) {
       if (placed.ok() && *placed >= 0) {
         st.AddToTierLocked(key, *placed, meta, it->second);
         ++st.tiers[static_cast<std::size_t>(*placed)].stats.promotions;
-        if (prefetch && *placed == 0) it->second.prefetched = true;
+        if (prefetch && *placed == 0) {
+          it->second.prefetched = true;
+          st.prefetch_window->OnPrefetched(1, meta.size_bytes);
+        }
       }
       st.RefreshEvictableLocked(key);
     }
@@ -893,7 +903,7 @@ StoreStats TieredStore::GetStats() const {
     t.blocks = ts.blocks;
     out.tiers.push_back(t);
   }
-  out.prefetch_window = s.prefetch_window;
+  out.prefetch_window = s.prefetch_window->window();
   out.queued_moves = s.movers ? s.movers->queued() : 0;
   out.index_blocks = s.index.size();
   return out;

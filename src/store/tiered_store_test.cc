@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kvtier/model_catalog.h"
 #include "kvtier/tiers.h"
 #include "tier/dram_tier.h"
 
@@ -142,7 +143,7 @@ TEST(TieredStore, ReadsFromBelowPromoteAndPrefetchTheRest) {
   StoreOptions options;
   options.policy = PolicyKind::kLru;
   options.synchronous_moves = true;
-  options.prefetch_initial_window = 4;
+  options.prefetch_window.initial_window = 4;
   auto store = TwoTierStore(8 * kBlockBytes, 64 * kBlockBytes, options);
   ASSERT_NE(store, nullptr);
   PutChain(*store, 0, 8);
@@ -254,6 +255,42 @@ TEST(TieredStore, HeadGranularDemotionKeepsBlocksBitExact) {
   EXPECT_TRUE(stats.head_importance_assumed) << "no engine reported importance: the split used the prior";
   for (uint64_t chain = 0; chain < 20; ++chain) EXPECT_EQ(GetChain(*store, chain, 3), 3u) << chain;
   EXPECT_GT(store->GetStats().head_split_reads, 0u) << "some block was read from both tiers";
+}
+
+// With a cost model, Lookup says how much of the stored prefix is worth loading: a block in a
+// tier whose load takes longer than recomputing it ends the loadable prefix.
+TEST(TieredStore, LookupCutsThePrefixWhereRecomputeBeatsLoading) {
+  Result<ModelSpec> model = LoadCatalogModel("llama-3-8b");
+  ASSERT_TRUE(model.ok());
+  Result<GpuSpec> gpu = GpuPreset("h100-sxm");
+  ASSERT_TRUE(gpu.ok());
+  Result<PrefillCostModel> cost = PrefillCostModel::Create(*model, *gpu);
+  ASSERT_TRUE(cost.ok()) << cost.status().ToString();
+  StoreOptions options;
+  options.policy = PolicyKind::kLru;
+  options.synchronous_moves = true;
+  options.prefetch = false;
+  options.cost_model = *cost;
+  // The slow tier answers after a second: recomputing 16 tokens is far cheaper.
+  options.tier_costs = {TierCost{.bandwidth_bytes_per_s = 50e9, .latency_s = 2e-6},
+                        TierCost{.bandwidth_bytes_per_s = 1e9, .latency_s = 1.0}};
+  auto store = TwoTierStore(16 * kBlockBytes, 64 * kBlockBytes, options);
+  ASSERT_NE(store, nullptr);
+  PutChain(*store, 0, 4);
+  PutChain(*store, 1, 12);  // over the watermark: chain 0's oldest blocks go to the slow tier
+  const std::vector<BlockKey> fast = {Key(1, 0), Key(1, 1)};
+  LookupResult hit = store->Lookup(fast);
+  EXPECT_EQ(hit.load_blocks, 2u);
+  ASSERT_EQ(hit.decisions.size(), 2u);
+  EXPECT_TRUE(hit.decisions[0].load);
+  EXPECT_GT(hit.decisions[0].recompute_seconds, hit.decisions[0].load_seconds);
+  const std::vector<BlockKey> slow = {Key(0, 0), Key(0, 1)};
+  hit = store->Lookup(slow);
+  ASSERT_EQ(hit.prefix_blocks, 2u);
+  ASSERT_EQ(hit.tier[0], 1);
+  EXPECT_EQ(hit.load_blocks, 0u) << "one second to load 16 tokens of KV: recompute instead";
+  EXPECT_FALSE(hit.decisions[0].load);
+  EXPECT_EQ(store->GetStats().recompute_preferred, 1u);
 }
 
 TEST(TieredStore, ConcurrentPutsAndGetsLoseNothing) {
