@@ -40,9 +40,16 @@ struct PrefixTrace {
   std::vector<uint64_t> blocks;       // every request's block ids, request after request
   std::vector<uint32_t> tokens;       // tokens held by each block (one per entry of `blocks`)
   std::vector<uint64_t> request_end;  // one past each request's last block in `blocks`
+  // Per entry of `blocks`: 0 for a block the request stores without looking it up (its
+  // generated blocks, chained after its prompt); empty when every block is looked up. Such an
+  // insertion is a chance to admit the block, never a hit or an access; it must be the
+  // block's first appearance (InvalidArgument otherwise), which keeps Belady exact.
+  std::vector<uint8_t> counted;
 
-  // Appends one request. InvalidArgument when the two spans differ in length.
-  Status AddRequest(std::span<const uint64_t> ids, std::span<const uint32_t> block_tokens);
+  // Appends one request: `ids` and `block_tokens` (one per block), the last `inserted_tail`
+  // of them stored without a lookup. InvalidArgument when the spans differ in length.
+  Status AddRequest(std::span<const uint64_t> ids, std::span<const uint32_t> block_tokens,
+                    std::size_t inserted_tail = 0);
   uint64_t requests() const { return request_end.size(); }
 };
 

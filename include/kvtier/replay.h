@@ -72,7 +72,7 @@ struct ReplayReport {
   uint64_t accesses = 0;
   uint64_t unique_blocks = 0;
   uint64_t capacity_blocks = 0;
-  std::vector<ReplayPolicyResult> results;  // the policies in order, then "opt" and "ceiling"
+  std::vector<ReplayPolicyResult> results;  // the policies in order, then "opt" and "ceiling" (optimal_bound.h)
 };
 
 Result<ReplayReport> Replay(const std::vector<ReplayRequest>& requests, const ReplayOptions& options);

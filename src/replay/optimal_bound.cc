@@ -35,6 +35,9 @@ Status CheckShape(const PrefixTrace& trace) {
   if (begin != trace.blocks.size()) {
     return Status::InvalidArgument("prefix trace: the last request must end at the last block");
   }
+  if (!trace.counted.empty() && trace.counted.size() != trace.blocks.size()) {
+    return Status::InvalidArgument("prefix trace: `counted` must be empty or one flag per block");
+  }
   return Status::Ok();
 }
 
@@ -81,6 +84,16 @@ Result<Prepared> Prepare(const PrefixTrace& trace) {
     begin = end;
   }
 
+  if (!trace.counted.empty()) {
+    std::vector<bool> seen(out.unique_blocks, false);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!trace.counted[i] && seen[out.dense[i]]) {
+        return Status::InvalidArgument("prefix trace: block id " + std::to_string(trace.blocks[i]) +
+                                       " is inserted without a lookup after it was seen before");
+      }
+      seen[out.dense[i]] = true;
+    }
+  }
   out.next_use.resize(n);
   std::vector<uint64_t> upcoming(parent.size(), out.never);
   for (std::size_t i = n; i-- > 0;) {
@@ -104,6 +117,10 @@ HitStats Ceiling(const PrefixTrace& trace, const Prepared& p) {
   HitStats stats;
   std::vector<bool> seen(p.unique_blocks, false);
   for (std::size_t i = 0; i < p.dense.size(); ++i) {
+    if (!trace.counted.empty() && !trace.counted[i]) {
+      seen[p.dense[i]] = true;
+      continue;
+    }
     ++stats.accesses;
     stats.tokens += trace.tokens[i];
     if (seen[p.dense[i]]) {
@@ -138,9 +155,12 @@ Result<HitStats> Belady(const PrefixTrace& trace, const Prepared& p, uint64_t ca
   for (uint64_t i = 0; i < p.dense.size(); ++i) {
     const uint32_t block = p.dense[i];
     if (p.request_start[i]) prefix_alive = true;
-    ++stats.accesses;
-    stats.tokens += trace.tokens[i];
-    if (cached[block]) {
+    const bool counted = trace.counted.empty() || trace.counted[i] != 0;
+    if (counted) {
+      ++stats.accesses;
+      stats.tokens += trace.tokens[i];
+    }
+    if (cached[block]) {  // never for an insertion: it is the block's first appearance
       ++per_access_hits;
       if (prefix_alive) {
         ++stats.hits;
@@ -177,10 +197,17 @@ Result<HitStats> Belady(const PrefixTrace& trace, const Prepared& p, uint64_t ca
 
 }  // namespace
 
-Status PrefixTrace::AddRequest(std::span<const uint64_t> ids, std::span<const uint32_t> block_tokens) {
+Status PrefixTrace::AddRequest(std::span<const uint64_t> ids, std::span<const uint32_t> block_tokens,
+                               std::size_t inserted_tail) {
   if (ids.size() != block_tokens.size()) {
     return Status::InvalidArgument("prefix trace: a request has " + std::to_string(ids.size()) + " blocks but " +
                                    std::to_string(block_tokens.size()) + " token counts");
+  }
+  if (inserted_tail > ids.size()) return Status::InvalidArgument("prefix trace: inserted_tail exceeds the request");
+  if (inserted_tail > 0 || !counted.empty()) {
+    counted.resize(blocks.size(), 1);  // the requests before were all looked up
+    counted.insert(counted.end(), ids.size() - inserted_tail, 1);
+    counted.insert(counted.end(), inserted_tail, 0);
   }
   blocks.insert(blocks.end(), ids.begin(), ids.end());
   tokens.insert(tokens.end(), block_tokens.begin(), block_tokens.end());

@@ -287,3 +287,35 @@ TEST(OptimalBound, SeveralCapacitiesShareOnePassAndAreMonotone) {
 
 }  // namespace
 }  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+// Generated blocks are stored without a lookup: a chance to admit them, never an access.
+TEST(OptimalBoundInsertions, GeneratedBlocksCanBeAdmittedWithoutCounting) {
+  PrefixTrace trace;
+  const uint64_t turn1[] = {1, 2};  // prompt 1, then its generated block 2
+  const uint32_t tokens1[] = {16, 16};
+  ASSERT_TRUE(trace.AddRequest(turn1, tokens1, /*inserted_tail=*/1).ok());
+  const uint64_t turn2[] = {1, 2, 3};
+  const uint32_t tokens2[] = {16, 16, 16};
+  ASSERT_TRUE(trace.AddRequest(turn2, tokens2).ok());
+  Result<OptimalBound> bound = ComputeOptimalBound(trace, 2);
+  ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+  EXPECT_EQ(bound->optimal.accesses, 4u);
+  EXPECT_EQ(bound->optimal.hits, 2u);
+  EXPECT_EQ(bound->ceiling.hits, 2u);
+  EXPECT_EQ(bound->ceiling.accesses, 4u);
+}
+
+TEST(OptimalBoundInsertions, AnInsertionMustBeTheBlocksFirstAppearance) {
+  PrefixTrace trace;
+  const uint64_t ids[] = {1};
+  const uint32_t tokens[] = {16};
+  ASSERT_TRUE(trace.AddRequest(ids, tokens).ok());
+  ASSERT_TRUE(trace.AddRequest(ids, tokens, 1).ok());
+  EXPECT_EQ(ComputeOptimalBound(trace, 1).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -2,46 +2,48 @@
 
 #include <chrono>
 #include <cmath>
-#include <unordered_set>
+#include <unordered_map>
 
+#include "kvtier/optimal_bound.h"
 #include "kvtier/store.h"
 #include "store/capacity_tier.h"
 
 namespace kvtier {
 namespace {
 
-uint64_t UniqueBlocks(const std::vector<ReplayRequest>& requests, bool cache_output) {
-  std::unordered_set<BlockKey, BlockKeyHash> seen;
+// The requests as the optimum sees them: dense ids, generated blocks as insertions.
+Result<PrefixTrace> ToPrefixTrace(const std::vector<ReplayRequest>& requests, bool cache_output) {
+  PrefixTrace trace;
+  std::unordered_map<BlockKey, uint64_t, BlockKeyHash> dense;
+  std::vector<uint64_t> ids;
+  std::vector<uint32_t> tokens;
   for (const ReplayRequest& r : requests) {
-    for (const ReplayBlock& b : r.prompt) seen.insert(b.key);
+    ids.clear();
+    tokens.clear();
+    auto add = [&](const ReplayBlock& b) {
+      ids.push_back(dense.try_emplace(b.key, dense.size()).first->second);
+      tokens.push_back(b.tokens);
+    };
+    for (const ReplayBlock& b : r.prompt) add(b);
+    std::size_t inserted = 0;
     if (cache_output) {
-      for (const ReplayBlock& b : r.output) seen.insert(b.key);
+      for (const ReplayBlock& b : r.output) add(b);
+      inserted = r.output.size();
     }
+    if (ids.empty()) continue;
+    KVTIER_RETURN_IF_ERROR(trace.AddRequest(ids, tokens, inserted));
   }
-  return seen.size();
+  return trace;
 }
 
-// The infinite cache: every block stored once is there forever; hits by the prefix rule.
-ReplayPolicyResult Ceiling(const std::vector<ReplayRequest>& requests, bool cache_output) {
-  ReplayPolicyResult out{.policy = "ceiling"};
-  std::unordered_set<BlockKey, BlockKeyHash> cached;
-  for (const ReplayRequest& r : requests) {
-    bool prefix = true;
-    for (const ReplayBlock& b : r.prompt) {
-      ++out.accesses;
-      out.tokens += b.tokens;
-      prefix = prefix && cached.contains(b.key);
-      if (prefix) {
-        ++out.hit_blocks;
-        out.hit_tokens += b.tokens;
-      }
-    }
-    for (const ReplayBlock& b : r.prompt) cached.insert(b.key);
-    if (cache_output) {
-      for (const ReplayBlock& b : r.output) cached.insert(b.key);
-    }
-  }
-  return out;
+ReplayPolicyResult FromHitStats(const std::string& name, const HitStats& h) {
+  return {.policy = name,
+          .accesses = h.accesses,
+          .hit_blocks = h.hits,
+          .tokens = h.tokens,
+          .hit_tokens = h.hit_tokens,
+          .block_hit_rate = h.block_hit_rate,
+          .token_hit_rate = h.token_hit_rate};
 }
 
 void FinishRates(ReplayPolicyResult& r) {
@@ -145,9 +147,13 @@ Status ReplayOptions::Validate() const {
 
 Result<ReplayReport> Replay(const std::vector<ReplayRequest>& requests, const ReplayOptions& options) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
+  KVTIER_ASSIGN_OR_RETURN(const PrefixTrace trace, ToPrefixTrace(requests, options.cache_output));
+  // The unique blocks come with the bounds; the capacity may depend on them.
+  KVTIER_ASSIGN_OR_RETURN(OptimalBound probe, ComputeOptimalBound(trace, 0));
   ReplayReport report;
   report.requests = requests.size();
-  report.unique_blocks = UniqueBlocks(requests, options.cache_output);
+  report.unique_blocks = probe.unique_blocks;
+  report.accesses = probe.ceiling.accesses;
   report.capacity_blocks = options.capacity_blocks > 0
                                ? options.capacity_blocks
                                : std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(
@@ -156,10 +162,9 @@ Result<ReplayReport> Replay(const std::vector<ReplayRequest>& requests, const Re
     KVTIER_ASSIGN_OR_RETURN(ReplayPolicyResult r, ReplayPolicy(requests, policy, report.capacity_blocks, options));
     report.results.push_back(std::move(r));
   }
-  ReplayPolicyResult ceiling = Ceiling(requests, options.cache_output);
-  FinishRates(ceiling);
-  report.accesses = ceiling.accesses;
-  report.results.push_back(std::move(ceiling));
+  KVTIER_ASSIGN_OR_RETURN(OptimalBound bound, ComputeOptimalBound(trace, report.capacity_blocks));
+  report.results.push_back(FromHitStats("opt", bound.optimal));
+  report.results.push_back(FromHitStats("ceiling", bound.ceiling));
   return report;
 }
 
