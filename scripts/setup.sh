@@ -10,6 +10,7 @@ packages=(
   liburing-dev                # io_uring for the NVMe tier
   libhiredis-dev redis-server  # the remote-pool tier and the redis-server its tests start
   libbenchmark-dev fio        # Google Benchmark targets; fio, the NVMe tier's baseline
+  libicu-dev                  # Unicode classes for the BPE pre-tokenizer (trace replay)
   clang-14 libclang-rt-14-dev   # libFuzzer for the fuzz preset
 )
 

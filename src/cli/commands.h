@@ -13,5 +13,7 @@ inline constexpr int kExitUsage = 2;
 void AddSizeCommand(CLI::App& app, int& exit_code);
 void AddInfoCommand(CLI::App& app, int& exit_code);
 void AddBenchCommand(CLI::App& app, int& exit_code);
+void AddTraceCommand(CLI::App& app, int& exit_code);
+void AddReplayCommand(CLI::App& app, int& exit_code);
 
 }  // namespace kvtier::cli

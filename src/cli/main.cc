@@ -11,6 +11,8 @@ int main(int argc, char** argv) {
   kvtier::cli::AddSizeCommand(app, exit_code);
   kvtier::cli::AddInfoCommand(app, exit_code);
   kvtier::cli::AddBenchCommand(app, exit_code);
+  kvtier::cli::AddTraceCommand(app, exit_code);
+  kvtier::cli::AddReplayCommand(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,213 @@
+// `kvtier replay`: a trace through the store's policies, next to the offline optimum and the
+// ceiling (replay.h, optimal_bound.h). Prints a table like the paper's, or JSON.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "kvtier/replay.h"
+#include "kvtier/tokenizer.h"
+#include "kvtier/trace.h"
+#include "replay/trace_blocks.h"
+
+namespace kvtier::cli {
+namespace {
+
+struct ReplayCommandOptions {
+  std::string trace;
+  std::string format;
+  uint64_t capacity_blocks = 0;
+  double capacity_fraction = 0.05;
+  std::string policies = "lru,ema,s3fifo,arc,bayes";
+  uint32_t block_tokens = 16;
+  std::string tokenizer;
+  std::size_t max_requests = 0;
+  uint64_t seed = 1;
+  bool no_output = false;
+  bool json = false;
+  std::vector<double> sweep;
+  std::string svg;
+};
+
+Result<std::vector<PolicyKind>> ParsePolicies(const std::string& list) {
+  std::vector<PolicyKind> out;
+  std::stringstream in(list);
+  std::string name;
+  while (std::getline(in, name, ',')) {
+    if (name.empty()) continue;
+    KVTIER_ASSIGN_OR_RETURN(PolicyKind kind, ParsePolicyKind(name));
+    out.push_back(kind);
+  }
+  if (out.empty()) return Status::InvalidArgument("--policies names no policy");
+  return out;
+}
+
+nlohmann::json ResultJson(const ReplayPolicyResult& r) {
+  return {{"policy", r.policy},         {"block_hit_rate", r.block_hit_rate}, {"token_hit_rate", r.token_hit_rate},
+          {"hit_blocks", r.hit_blocks}, {"accesses", r.accesses},             {"accesses_per_s", r.accesses_per_s}};
+}
+
+Result<nlohmann::json> RunOnce(const std::vector<ReplayRequest>& requests, const ReplayOptions& options) {
+  KVTIER_ASSIGN_OR_RETURN(ReplayReport report, Replay(requests, options));
+  nlohmann::json results = nlohmann::json::array();
+  for (const ReplayPolicyResult& r : report.results) results.push_back(ResultJson(r));
+  return nlohmann::json{{"requests", report.requests},
+                        {"accesses", report.accesses},
+                        {"unique_blocks", report.unique_blocks},
+                        {"capacity_blocks", report.capacity_blocks},
+                        {"results", results}};
+}
+
+std::string Table(const nlohmann::json& run) {
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line, "capacity %llu blocks of %llu unique; %llu accesses in %llu requests\n",
+                static_cast<unsigned long long>(run["capacity_blocks"].get<uint64_t>()),
+                static_cast<unsigned long long>(run["unique_blocks"].get<uint64_t>()),
+                static_cast<unsigned long long>(run["accesses"].get<uint64_t>()),
+                static_cast<unsigned long long>(run["requests"].get<uint64_t>()));
+  out += line;
+  out += "policy    block hit  token hit  accesses/s\n";
+  for (const nlohmann::json& r : run["results"]) {
+    const double speed = r["accesses_per_s"].get<double>();
+    std::snprintf(line, sizeof line, "%-8s  %8.2f%%  %8.2f%%  %s\n", r["policy"].get<std::string>().c_str(),
+                  100 * r["block_hit_rate"].get<double>(), 100 * r["token_hit_rate"].get<double>(),
+                  speed > 0 ? std::to_string(static_cast<uint64_t>(speed)).c_str() : "-");
+    out += line;
+  }
+  return out;
+}
+
+// Hit rate against capacity, one line per policy (and opt, ceiling).
+std::string SweepSvg(const std::vector<nlohmann::json>& runs, const std::string& title) {
+  constexpr double kWidth = 720, kHeight = 440, kLeft = 60, kRight = 140, kTop = 40, kBottom = 50;
+  const double plot_w = kWidth - kLeft - kRight, plot_h = kHeight - kTop - kBottom;
+  const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#000000", "#7f7f7f"};
+  double max_cap = 1;
+  for (const auto& run : runs) max_cap = std::max(max_cap, run["capacity_fraction"].get<double>());
+  std::ostringstream svg;
+  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << kWidth << "' height='" << kHeight
+      << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n"
+      << "<text x='" << kLeft << "' y='20' font-size='14'>" << title << "</text>\n";
+  for (int i = 0; i <= 10; ++i) {
+    const double y = kTop + plot_h * (1 - i / 10.0);
+    svg << "<line x1='" << kLeft << "' x2='" << kLeft + plot_w << "' y1='" << y << "' y2='" << y
+        << "' stroke='#ddd'/><text x='" << kLeft - 8 << "' y='" << y + 4 << "' text-anchor='end'>" << i * 10
+        << "%</text>\n";
+  }
+  for (const auto& run : runs) {
+    const double f = run["capacity_fraction"].get<double>();
+    const double x = kLeft + plot_w * f / max_cap;
+    svg << "<text x='" << x << "' y='" << kTop + plot_h + 18 << "' text-anchor='middle'>" << f * 100 << "%</text>\n";
+  }
+  svg << "<text x='" << kLeft + plot_w / 2 << "' y='" << kHeight - 10
+      << "' text-anchor='middle'>capacity (share of unique blocks)</text>\n";
+  const std::size_t series = runs.front()["results"].size();
+  for (std::size_t s = 0; s < series; ++s) {
+    svg << "<polyline fill='none' stroke-width='2' stroke='" << colors[s % 7] << "' points='";
+    for (const auto& run : runs) {
+      const double x = kLeft + plot_w * run["capacity_fraction"].get<double>() / max_cap;
+      const double y = kTop + plot_h * (1 - run["results"][s]["block_hit_rate"].get<double>());
+      svg << x << ',' << y << ' ';
+    }
+    const std::string name = runs.front()["results"][s]["policy"].get<std::string>();
+    svg << "'/>\n<text x='" << kLeft + plot_w + 10 << "' y='" << kTop + 16 * static_cast<double>(s + 1) << "' fill='"
+        << colors[s % 7] << "'>" << name << "</text>\n";
+  }
+  svg << "</svg>\n";
+  return svg.str();
+}
+
+int Run(const ReplayCommandOptions& o) {
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "kvtier replay: %s\n", s.ToString().c_str());
+    return kExitError;
+  };
+  Result<TraceFormat> format = ParseTraceFormat(o.format);
+  if (!format.ok()) return fail(format.status());
+  std::unique_ptr<Tokenizer> tokenizer;
+  TraceReadOptions read;
+  read.max_requests = o.max_requests;
+  read.seed = o.seed;
+  read.include_output = !o.no_output;
+  if (!o.tokenizer.empty()) {
+    Result<std::unique_ptr<Tokenizer>> loaded = LoadHfTokenizer(o.tokenizer);
+    if (!loaded.ok()) return fail(loaded.status());
+    tokenizer = std::move(*loaded);
+    read.tokenizer = tokenizer.get();
+  }
+  Result<Trace> trace = ReadTrace(o.trace, *format, read);
+  if (!trace.ok()) return fail(trace.status());
+  Result<std::vector<ReplayRequest>> requests = TraceToReplayRequests(*trace, {.block_tokens = o.block_tokens});
+  if (!requests.ok()) return fail(requests.status());
+  Result<std::vector<PolicyKind>> policies = ParsePolicies(o.policies);
+  if (!policies.ok()) return fail(policies.status());
+
+  ReplayOptions options;
+  options.policies = *policies;
+  options.capacity_blocks = o.capacity_blocks;
+  options.capacity_fraction = o.capacity_fraction;
+  options.cache_output = !o.no_output;
+  const nlohmann::json about = {{"trace", o.trace},
+                                {"format", o.format},
+                                {"tokenizer", trace->metadata.tokenizer},
+                                {"arrivals", trace->metadata.arrivals},
+                                {"block_tokens", o.block_tokens},
+                                {"cache_output", options.cache_output}};
+  if (o.sweep.empty()) {
+    Result<nlohmann::json> run = RunOnce(*requests, options);
+    if (!run.ok()) return fail(run.status());
+    (*run)["about"] = about;
+    std::fputs(o.json ? (run->dump(2) + "\n").c_str() : Table(*run).c_str(), stdout);
+    return 0;
+  }
+  std::vector<nlohmann::json> runs;
+  for (std::size_t i = 0; i < o.sweep.size(); ++i) {
+    options.capacity_blocks = 0;
+    options.capacity_fraction = o.sweep[i];
+    std::fprintf(stderr, "\rkvtier replay: capacity %zu of %zu (%.1f%%)", i + 1, o.sweep.size(), 100 * o.sweep[i]);
+    Result<nlohmann::json> run = RunOnce(*requests, options);
+    if (!run.ok()) return fail(run.status());
+    (*run)["capacity_fraction"] = o.sweep[i];
+    runs.push_back(std::move(*run));
+  }
+  std::fprintf(stderr, "\n");
+  const nlohmann::json all = {{"about", about}, {"sweep", runs}};
+  if (!o.svg.empty()) {
+    std::ofstream svg(o.svg);
+    svg << SweepSvg(runs, "block hit rate: " + o.trace);
+    if (!svg) return fail(Status::IoError(o.svg + ": cannot write the plot"));
+    std::fprintf(stderr, "kvtier replay: plot written to %s\n", o.svg.c_str());
+  }
+  if (o.json) {
+    std::fputs((all.dump(2) + "\n").c_str(), stdout);
+  } else {
+    for (const nlohmann::json& run : runs) std::fputs((Table(run) + "\n").c_str(), stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddReplayCommand(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<ReplayCommandOptions>();
+  CLI::App* cmd = app.add_subcommand("replay", "Replay a trace through the policies, with the optimum and the ceiling");
+  cmd->add_option("--trace", o->trace, "Trace file or directory")->required();
+  cmd->add_option("--format", o->format, "canonical, mooncake, sharegpt, lmsys, taubench, sweagent, toolbench")->required();
+  cmd->add_option("--capacity-blocks", o->capacity_blocks, "Cache capacity in blocks (overrides --capacity-frac)");
+  cmd->add_option("--capacity-frac", o->capacity_fraction, "Capacity as a share of the unique blocks")->capture_default_str();
+  cmd->add_option("--policies", o->policies, "Comma-separated policies")->capture_default_str();
+  cmd->add_option("--block-tokens", o->block_tokens, "Tokens per block for token traces")->capture_default_str();
+  cmd->add_option("--tokenizer", o->tokenizer, "A Hugging Face tokenizer.json (default: the approximate tokenizer)");
+  cmd->add_option("--max-requests", o->max_requests, "Read at most this many requests");
+  cmd->add_option("--seed", o->seed, "Seed of the arrival process")->capture_default_str();
+  cmd->add_flag("--no-output-cache", o->no_output, "Do not cache generated blocks");
+  cmd->add_option("--sweep", o->sweep, "Capacities (shares of unique blocks) to sweep, e.g. 0.01 0.05 0.2");
+  cmd->add_option("--svg", o->svg, "With --sweep: write the hit-rate plot here");
+  cmd->add_flag("--json", o->json, "Print JSON");
+  cmd->callback([o, &exit_code] { exit_code = Run(*o); });
+}
+
+}  // namespace kvtier::cli
