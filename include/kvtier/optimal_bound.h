@@ -42,8 +42,8 @@ struct PrefixTrace {
   std::vector<uint64_t> request_end;  // one past each request's last block in `blocks`
   // Per entry of `blocks`: 0 for a block the request stores without looking it up (its
   // generated blocks, chained after its prompt); empty when every block is looked up. Such an
-  // insertion is a chance to admit the block, never a hit or an access; it must be the
-  // block's first appearance (InvalidArgument otherwise), which keeps Belady exact.
+  // insertion is a chance to admit (or readmit) the block for free, never a hit, an access or
+  // a use: Belady's next uses count lookups only.
   std::vector<uint8_t> counted;
 
   // Appends one request: `ids` and `block_tokens` (one per block), the last `inserted_tail`

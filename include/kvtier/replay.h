@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kvtier/block.h"
+#include "kvtier/cost_model.h"
 #include "kvtier/eviction_policy.h"
 #include "kvtier/status.h"
 #include "kvtier/tier_config.h"
@@ -49,8 +50,13 @@ struct ReplayOptions {
   // token, so values are proportional to tokens.
   double recompute_seconds_per_token = 1e-4;  // Default: 1e-4 s
   double predictor_horizon_s = 0;             // Default: 0 = the predictor's default
-  // Data mode: real bytes through these tiers (their capacities replace capacity_blocks).
+  // Data mode: real bytes through these tiers (their capacities replace capacity_blocks;
+  // NVMe files are formatted afresh and parallel-FS directories emptied for each policy).
   std::optional<TierConfig> data_tiers;
+  // Projected time to first token (docs/replay.md): each request loads its hit blocks from
+  // the tiers they are in (DefaultTierCost of the tier's kind) and recomputes the rest of its
+  // prompt (this model's prefill on its GPU). Default: none (no projection).
+  std::optional<PrefillCostModel> cost_model;
 
   Status Validate() const;
 };
@@ -65,6 +71,9 @@ struct ReplayPolicyResult {
   double token_hit_rate = 0;
   double accesses_per_s = 0;       // replay speed (0 for the bounds)
   std::vector<uint64_t> tier_hits;  // per tier (data mode with several tiers)
+  // With a cost model: projected TTFT over the requests, and the same with no cache at all.
+  double ttft_mean_s = 0, ttft_p50_s = 0, ttft_p99_s = 0;
+  double ttft_no_cache_mean_s = 0;
 };
 
 struct ReplayReport {

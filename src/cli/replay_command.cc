@@ -1,13 +1,17 @@
 // `kvtier replay`: a trace through the store's policies, next to the offline optimum and the
 // ceiling (replay.h, optimal_bound.h). Prints a table like the paper's, or JSON.
 #include <cstdio>
+#include <limits>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "kvtier/model_catalog.h"
 #include "kvtier/replay.h"
+#include "kvtier/sizing.h"
+#include "kvtier/tier_config.h"
 #include "kvtier/tokenizer.h"
 #include "kvtier/trace.h"
 #include "replay/trace_blocks.h"
@@ -29,6 +33,9 @@ struct ReplayCommandOptions {
   bool json = false;
   std::vector<double> sweep;
   std::string svg;
+  std::string tier_config;
+  std::string model = "llama-3-8b";
+  std::string gpu = "h100-sxm";
 };
 
 Result<std::vector<PolicyKind>> ParsePolicies(const std::string& list) {
@@ -45,8 +52,17 @@ Result<std::vector<PolicyKind>> ParsePolicies(const std::string& list) {
 }
 
 nlohmann::json ResultJson(const ReplayPolicyResult& r) {
-  return {{"policy", r.policy},         {"block_hit_rate", r.block_hit_rate}, {"token_hit_rate", r.token_hit_rate},
-          {"hit_blocks", r.hit_blocks}, {"accesses", r.accesses},             {"accesses_per_s", r.accesses_per_s}};
+  nlohmann::json out = {{"policy", r.policy},         {"block_hit_rate", r.block_hit_rate},
+                        {"token_hit_rate", r.token_hit_rate}, {"hit_blocks", r.hit_blocks},
+                        {"accesses", r.accesses},     {"accesses_per_s", r.accesses_per_s}};
+  if (!r.tier_hits.empty()) out["tier_hits"] = r.tier_hits;
+  if (r.ttft_mean_s > 0) {
+    out["ttft_mean_s"] = r.ttft_mean_s;
+    out["ttft_p50_s"] = r.ttft_p50_s;
+    out["ttft_p99_s"] = r.ttft_p99_s;
+    out["ttft_no_cache_mean_s"] = r.ttft_no_cache_mean_s;
+  }
+  return out;
 }
 
 Result<nlohmann::json> RunOnce(const std::vector<ReplayRequest>& requests, const ReplayOptions& options) {
@@ -69,12 +85,23 @@ std::string Table(const nlohmann::json& run) {
                 static_cast<unsigned long long>(run["accesses"].get<uint64_t>()),
                 static_cast<unsigned long long>(run["requests"].get<uint64_t>()));
   out += line;
-  out += "policy    block hit  token hit  accesses/s\n";
+  out += "policy    block hit  token hit  accesses/s  TTFT mean (no cache)  hits per tier\n";
   for (const nlohmann::json& r : run["results"]) {
     const double speed = r["accesses_per_s"].get<double>();
-    std::snprintf(line, sizeof line, "%-8s  %8.2f%%  %8.2f%%  %s\n", r["policy"].get<std::string>().c_str(),
+    std::string ttft = "-", tiers = "-";
+    if (r.contains("ttft_mean_s")) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.3f s (%.3f s)", r["ttft_mean_s"].get<double>(),
+                    r["ttft_no_cache_mean_s"].get<double>());
+      ttft = buf;
+    }
+    if (r.contains("tier_hits") && r["tier_hits"].size() > 1) {
+      tiers.clear();
+      for (const auto& h : r["tier_hits"]) tiers += (tiers.empty() ? "" : "/") + std::to_string(h.get<uint64_t>());
+    }
+    std::snprintf(line, sizeof line, "%-8s  %8.2f%%  %8.2f%%  %10s  %-20s  %s\n", r["policy"].get<std::string>().c_str(),
                   100 * r["block_hit_rate"].get<double>(), 100 * r["token_hit_rate"].get<double>(),
-                  speed > 0 ? std::to_string(static_cast<uint64_t>(speed)).c_str() : "-");
+                  speed > 0 ? std::to_string(static_cast<uint64_t>(speed)).c_str() : "-", ttft.c_str(), tiers.c_str());
     out += line;
   }
   return out;
@@ -147,6 +174,26 @@ int Run(const ReplayCommandOptions& o) {
 
   ReplayOptions options;
   options.policies = *policies;
+  // The served model sets a block's size (its KV bytes) and, on the GPU, the TTFT projection.
+  Result<ModelSpec> model = LoadCatalogModel(o.model);
+  if (!model.ok()) return fail(model.status());
+  Result<KvSizing> sizing = ComputeKvSizing(*model, {.block_size = o.block_tokens});
+  if (!sizing.ok()) return fail(sizing.status());
+  Result<GpuSpec> gpu = GpuPreset(o.gpu);
+  if (!gpu.ok()) return fail(gpu.status());
+  Result<PrefillCostModel> cost = PrefillCostModel::Create(*model, *gpu);
+  if (!cost.ok()) return fail(cost.status());
+  options.cost_model = *cost;
+  options.recompute_seconds_per_token = cost->RecomputeSeconds(o.block_tokens, 0) / o.block_tokens;
+  if (sizing->kv_bytes_per_block > std::numeric_limits<uint32_t>::max()) {
+    return fail(Status::InvalidArgument("a block of " + o.model + " holds more than 4 GiB"));
+  }
+  options.block_bytes = static_cast<uint32_t>(sizing->kv_bytes_per_block);
+  if (!o.tier_config.empty()) {
+    Result<TierConfig> tiers = LoadTierConfig(o.tier_config);
+    if (!tiers.ok()) return fail(tiers.status());
+    options.data_tiers = *tiers;
+  }
   options.capacity_blocks = o.capacity_blocks;
   options.capacity_fraction = o.capacity_fraction;
   options.cache_output = !o.no_output;
@@ -155,6 +202,10 @@ int Run(const ReplayCommandOptions& o) {
                                 {"tokenizer", trace->metadata.tokenizer},
                                 {"arrivals", trace->metadata.arrivals},
                                 {"block_tokens", o.block_tokens},
+                                {"model", o.model},
+                                {"gpu", o.gpu},
+                                {"block_bytes", options.block_bytes},
+                                {"mode", o.tier_config.empty() ? "metadata" : "data: " + o.tier_config},
                                 {"cache_output", options.cache_output}};
   if (o.sweep.empty()) {
     Result<nlohmann::json> run = RunOnce(*requests, options);
@@ -206,6 +257,9 @@ void AddReplayCommand(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-output-cache", o->no_output, "Do not cache generated blocks");
   cmd->add_option("--sweep", o->sweep, "Capacities (shares of unique blocks) to sweep, e.g. 0.01 0.05 0.2");
   cmd->add_option("--svg", o->svg, "With --sweep: write the hit-rate plot here");
+  cmd->add_option("--tier-config", o->tier_config, "Data mode: real bytes through these tiers (YAML)");
+  cmd->add_option("--model", o->model, "Catalog model: block size in bytes, prefill cost")->capture_default_str();
+  cmd->add_option("--gpu", o->gpu, "GPU preset for the TTFT projection (h100-sxm, h200, a100, b200)")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o, &exit_code] { exit_code = Run(*o); });
 }

@@ -84,21 +84,13 @@ Result<Prepared> Prepare(const PrefixTrace& trace) {
     begin = end;
   }
 
-  if (!trace.counted.empty()) {
-    std::vector<bool> seen(out.unique_blocks, false);
-    for (std::size_t i = 0; i < n; ++i) {
-      if (!trace.counted[i] && seen[out.dense[i]]) {
-        return Status::InvalidArgument("prefix trace: block id " + std::to_string(trace.blocks[i]) +
-                                       " is inserted without a lookup after it was seen before");
-      }
-      seen[out.dense[i]] = true;
-    }
-  }
+  // Next uses are lookups only: an insertion is a chance to (re)admit a block for free, not
+  // a use worth keeping it for.
   out.next_use.resize(n);
   std::vector<uint64_t> upcoming(parent.size(), out.never);
   for (std::size_t i = n; i-- > 0;) {
     out.next_use[i] = upcoming[out.dense[i]];
-    upcoming[out.dense[i]] = i;
+    if (trace.counted.empty() || trace.counted[i]) upcoming[out.dense[i]] = i;
   }
   return out;
 }
@@ -160,7 +152,8 @@ Result<HitStats> Belady(const PrefixTrace& trace, const Prepared& p, uint64_t ca
       ++stats.accesses;
       stats.tokens += trace.tokens[i];
     }
-    if (cached[block]) {  // never for an insertion: it is the block's first appearance
+    if (cached[block] && !counted) continue;  // an insertion of a cached block changes nothing
+    if (cached[block]) {
       ++per_access_hits;
       if (prefix_alive) {
         ++stats.hits;

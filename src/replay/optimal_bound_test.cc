@@ -308,13 +308,21 @@ TEST(OptimalBoundInsertions, GeneratedBlocksCanBeAdmittedWithoutCounting) {
   EXPECT_EQ(bound->ceiling.accesses, 4u);
 }
 
-TEST(OptimalBoundInsertions, AnInsertionMustBeTheBlocksFirstAppearance) {
+TEST(OptimalBoundInsertions, ReinsertingAnEvictedBlockAdmitsItForFree) {
+  // Capacity 1. Lookups [1], [2], [2], then [1] is inserted again (a duplicate answer) and
+  // looked up: the optimum holds 2 for its second lookup, then readmits 1 for free.
   PrefixTrace trace;
-  const uint64_t ids[] = {1};
   const uint32_t tokens[] = {16};
-  ASSERT_TRUE(trace.AddRequest(ids, tokens).ok());
-  ASSERT_TRUE(trace.AddRequest(ids, tokens, 1).ok());
-  EXPECT_EQ(ComputeOptimalBound(trace, 1).status().code(), StatusCode::kInvalidArgument);
+  const uint64_t one[] = {1}, two[] = {2};
+  ASSERT_TRUE(trace.AddRequest(one, tokens).ok());
+  ASSERT_TRUE(trace.AddRequest(two, tokens).ok());
+  ASSERT_TRUE(trace.AddRequest(two, tokens).ok());
+  ASSERT_TRUE(trace.AddRequest(one, tokens, /*inserted_tail=*/1).ok());
+  ASSERT_TRUE(trace.AddRequest(one, tokens).ok());
+  Result<OptimalBound> bound = ComputeOptimalBound(trace, 1);
+  ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+  EXPECT_EQ(bound->optimal.accesses, 4u);
+  EXPECT_EQ(bound->optimal.hits, 2u);  // the second [2], and the last [1] after its free readmission
 }
 
 }  // namespace

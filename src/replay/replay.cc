@@ -1,6 +1,8 @@
 #include "kvtier/replay.h"
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <unordered_map>
 
@@ -62,7 +64,17 @@ Result<ReplayPolicyResult> ReplayPolicy(const std::vector<ReplayRequest>& reques
   if (options.predictor_horizon_s > 0) so.predictor.horizon_s = options.predictor_horizon_s;
   std::vector<std::unique_ptr<Tier>> tiers;
   if (options.data_tiers) {
-    KVTIER_ASSIGN_OR_RETURN(tiers, OpenTiers(*options.data_tiers));
+    // Every policy starts from empty tiers: persistent ones would otherwise bring back the
+    // previous run's blocks.
+    TierConfig config = *options.data_tiers;
+    for (TierOptions& t : config.tiers) {
+      if (auto* nvme = std::get_if<NvmeTierOptions>(&t)) nvme->recover = false;
+      if (auto* pfs = std::get_if<ParallelFsTierOptions>(&t)) {
+        std::error_code ec;
+        std::filesystem::remove_all(pfs->directory, ec);
+      }
+    }
+    KVTIER_ASSIGN_OR_RETURN(tiers, OpenTiers(config));
   } else {
     // One tier evicting on demand: full means `capacity_blocks` blocks, as in the bounds.
     so.metadata_only = true;
@@ -71,7 +83,11 @@ Result<ReplayPolicyResult> ReplayPolicy(const std::vector<ReplayRequest>& reques
     so.low_watermark = 1.0 - 1e-12;
     tiers.push_back(std::make_unique<CapacityTier>("replay", TierKind::kCpuDram, capacity_blocks * options.block_bytes));
   }
+  std::vector<TierCost> costs;
+  for (const auto& t : tiers) costs.push_back(DefaultTierCost(t->kind()));
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<TieredStore> store, TieredStore::Open(std::move(tiers), so));
+  std::vector<double> ttft;
+  double no_cache_sum = 0;
 
   ReplayPolicyResult out{.policy = std::string(PolicyKindName(policy))};
   std::vector<BlockKey> keys;
@@ -84,7 +100,23 @@ Result<ReplayPolicyResult> ReplayPolicy(const std::vector<ReplayRequest>& reques
     now = std::max(now, r.arrival_s);
     keys.clear();
     for (const ReplayBlock& b : r.prompt) keys.push_back(b.key);
-    const std::size_t hit = store->Lookup(keys).prefix_blocks;
+    const LookupResult found = store->Lookup(keys);
+    const std::size_t hit = found.prefix_blocks;
+    if (options.cost_model) {
+      // Load the hit blocks from where they are, recompute the rest after them.
+      double seconds = 0;
+      uint64_t hit_tokens = 0, prompt_tokens = 0;
+      for (std::size_t i = 0; i < r.prompt.size(); ++i) {
+        prompt_tokens += r.prompt[i].tokens;
+        if (i < hit) {
+          seconds += costs[static_cast<std::size_t>(found.tier[i])].LoadSeconds(options.block_bytes);
+          hit_tokens += r.prompt[i].tokens;
+        }
+      }
+      seconds += options.cost_model->RecomputeSeconds(prompt_tokens - hit_tokens, hit_tokens);
+      ttft.push_back(seconds);
+      no_cache_sum += options.cost_model->RecomputeSeconds(prompt_tokens, 0);
+    }
     out.accesses += keys.size();
     out.hit_blocks += hit;
     for (std::size_t i = 0; i < r.prompt.size(); ++i) {
@@ -122,13 +154,26 @@ Result<ReplayPolicyResult> ReplayPolicy(const std::vector<ReplayRequest>& reques
     }
     const std::optional<BlockKey> parent = hit > 0 ? std::optional(keys[hit - 1]) : std::nullopt;
     Result<PutResult> put = store->Put(puts, parent);
-    // A key stored under another parent is a collision in the trace's hashes; the request's
-    // remaining blocks are then not cached, as an engine would do.
-    if (!put.ok() && put.status().code() != StatusCode::kAlreadyExists) return put.status();
+    // A key stored under another parent is a collision in the trace's hashes, and a request
+    // longer than the cache cannot be held whole: either way the rest of the request is not
+    // cached, as an engine would do.
+    if (!put.ok() && put.status().code() != StatusCode::kAlreadyExists &&
+        put.status().code() != StatusCode::kResourceExhausted) {
+      return put.status();
+    }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.accesses_per_s = seconds > 0 ? static_cast<double>(out.accesses) / seconds : 0;
   for (const StoreTierStats& t : store->GetStats().tiers) out.tier_hits.push_back(t.hits);
+  if (!ttft.empty()) {
+    double sum = 0;
+    for (double v : ttft) sum += v;
+    out.ttft_mean_s = sum / static_cast<double>(ttft.size());
+    out.ttft_no_cache_mean_s = no_cache_sum / static_cast<double>(ttft.size());
+    std::sort(ttft.begin(), ttft.end());
+    out.ttft_p50_s = ttft[ttft.size() / 2];
+    out.ttft_p99_s = ttft[std::min(ttft.size() - 1, ttft.size() * 99 / 100)];
+  }
   FinishRates(out);
   return out;
 }
