@@ -289,20 +289,6 @@ TierConfig DefaultBenchConfig(const std::string& dir, uint64_t bytes, std::uniqu
   return config;
 }
 
-TierKind KindOf(const TierOptions& options) {
-  return std::visit(
-      [](const auto& o) {
-        using T = std::decay_t<decltype(o)>;
-        if constexpr (std::is_same_v<T, GpuHbmTierOptions>) return TierKind::kGpuHbm;
-        if constexpr (std::is_same_v<T, DramTierOptions>) return TierKind::kCpuDram;
-        if constexpr (std::is_same_v<T, CxlTierOptions>) return TierKind::kCxlMemory;
-        if constexpr (std::is_same_v<T, NvmeTierOptions>) return TierKind::kNvme;
-        if constexpr (std::is_same_v<T, RemoteTierOptions>) return TierKind::kRemotePool;
-        return TierKind::kParallelFs;
-      },
-      options);
-}
-
 }  // namespace
 
 Status TierBenchmarkOptions::Validate() const {
@@ -336,7 +322,7 @@ Result<std::string> RunTierBenchmark(const TierBenchmarkOptions& options) {
   }
   nlohmann::json rows = nlohmann::json::array();
   for (const TierOptions& tier_options : config.tiers) {
-    const TierKind kind = KindOf(tier_options);
+    const TierKind kind = TierKindOf(tier_options);
     if (!options.only_kinds.empty() &&
         std::find(options.only_kinds.begin(), options.only_kinds.end(), TierKindName(kind)) == options.only_kinds.end()) {
       continue;

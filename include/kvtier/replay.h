@@ -44,15 +44,19 @@ struct ReplayOptions {
   // Capacity of the single replay tier in blocks (0: use capacity_fraction).
   uint64_t capacity_blocks = 0;
   double capacity_fraction = 0.05;  // Default: 5% of the trace's unique blocks
-  uint32_t block_bytes = 1 << 20;   // Default: 1 MiB per block (sizes only, in metadata mode)
+  // A block's bytes: its tokens times this (the served model's KV bytes per token), so a
+  // partial last block is smaller. Default: 64 KiB per token (1 MiB blocks of 16 tokens).
+  uint32_t kv_bytes_per_token = 64u << 10;
   bool cache_output = true;         // Default: true (generated blocks are stored too)
   // Recompute cost per token (cost_model.h) for the Bayesian policy's value; 0: one unit per
   // token, so values are proportional to tokens.
   double recompute_seconds_per_token = 1e-4;  // Default: 1e-4 s
   double predictor_horizon_s = 0;             // Default: 0 = the predictor's default
-  // Data mode: real bytes through these tiers (their capacities replace capacity_blocks;
-  // NVMe files are formatted afresh and parallel-FS directories emptied for each policy).
-  std::optional<TierConfig> data_tiers;
+  // Several tiers (their capacities replace capacity_blocks): in metadata mode they are
+  // capacities of their kinds; with `move_bytes` real bytes go through them (NVMe files are
+  // formatted afresh and parallel-FS directories emptied for each policy).
+  std::optional<TierConfig> tiers;
+  bool move_bytes = false;  // Default: false (metadata mode)
   // Projected time to first token (docs/replay.md): each request loads its hit blocks from
   // the tiers they are in (DefaultTierCost of the tier's kind) and recomputes the rest of its
   // prompt (this model's prefill on its GPU). Default: none (no projection).
@@ -77,6 +81,7 @@ struct ReplayPolicyResult {
 };
 
 struct ReplayReport {
+  uint64_t block_bytes = 0;  // of a full block: the largest block's tokens x kv_bytes_per_token
   uint64_t requests = 0;
   uint64_t accesses = 0;
   uint64_t unique_blocks = 0;

@@ -30,6 +30,9 @@ namespace kvtier {
 using TierOptions = std::variant<DramTierOptions, CxlTierOptions, ParallelFsTierOptions, NvmeTierOptions,
                                  GpuHbmTierOptions, RemoteTierOptions>;
 
+// The kind of tier an options value makes.
+TierKind TierKindOf(const TierOptions& options);
+
 struct TierConfig {
   std::string data_dir = "kvtier-data";  // Default: ./kvtier-data
   std::vector<TierOptions> tiers;

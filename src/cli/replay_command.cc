@@ -34,6 +34,7 @@ struct ReplayCommandOptions {
   std::vector<double> sweep;
   std::string svg;
   std::string tier_config;
+  bool move_bytes = false;
   std::string model = "llama-3-8b";
   std::string gpu = "h100-sxm";
 };
@@ -70,6 +71,7 @@ Result<nlohmann::json> RunOnce(const std::vector<ReplayRequest>& requests, const
   nlohmann::json results = nlohmann::json::array();
   for (const ReplayPolicyResult& r : report.results) results.push_back(ResultJson(r));
   return nlohmann::json{{"requests", report.requests},
+                        {"block_bytes", report.block_bytes},
                         {"accesses", report.accesses},
                         {"unique_blocks", report.unique_blocks},
                         {"capacity_blocks", report.capacity_blocks},
@@ -185,15 +187,17 @@ int Run(const ReplayCommandOptions& o) {
   if (!cost.ok()) return fail(cost.status());
   options.cost_model = *cost;
   options.recompute_seconds_per_token = cost->RecomputeSeconds(o.block_tokens, 0) / o.block_tokens;
-  if (sizing->kv_bytes_per_block > std::numeric_limits<uint32_t>::max()) {
-    return fail(Status::InvalidArgument("a block of " + o.model + " holds more than 4 GiB"));
-  }
-  options.block_bytes = static_cast<uint32_t>(sizing->kv_bytes_per_block);
-  if (!o.tier_config.empty()) {
+  if (sizing->kv_bytes_per_token > (1u << 30)) return fail(Status::InvalidArgument(o.model + ": over 1 GiB of KV per token"));
+  options.kv_bytes_per_token = static_cast<uint32_t>(sizing->kv_bytes_per_token);
+  if (o.tier_config == "default") {
+    options.tiers = DefaultTierConfig("kvtier-data");
+  } else if (!o.tier_config.empty()) {
     Result<TierConfig> tiers = LoadTierConfig(o.tier_config);
     if (!tiers.ok()) return fail(tiers.status());
-    options.data_tiers = *tiers;
+    options.tiers = *tiers;
   }
+  options.move_bytes = o.move_bytes;
+  if (o.move_bytes && !options.tiers) return fail(Status::InvalidArgument("--move-bytes needs --tier-config"));
   options.capacity_blocks = o.capacity_blocks;
   options.capacity_fraction = o.capacity_fraction;
   options.cache_output = !o.no_output;
@@ -204,8 +208,9 @@ int Run(const ReplayCommandOptions& o) {
                                 {"block_tokens", o.block_tokens},
                                 {"model", o.model},
                                 {"gpu", o.gpu},
-                                {"block_bytes", options.block_bytes},
-                                {"mode", o.tier_config.empty() ? "metadata" : "data: " + o.tier_config},
+                                {"kv_bytes_per_token", options.kv_bytes_per_token},
+                                {"tiers", o.tier_config.empty() ? "one tier of --capacity-blocks/--capacity-frac" : o.tier_config},
+                                {"mode", o.move_bytes ? "data" : "metadata"},
                                 {"cache_output", options.cache_output}};
   if (o.sweep.empty()) {
     Result<nlohmann::json> run = RunOnce(*requests, options);
@@ -257,7 +262,8 @@ void AddReplayCommand(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-output-cache", o->no_output, "Do not cache generated blocks");
   cmd->add_option("--sweep", o->sweep, "Capacities (shares of unique blocks) to sweep, e.g. 0.01 0.05 0.2");
   cmd->add_option("--svg", o->svg, "With --sweep: write the hit-rate plot here");
-  cmd->add_option("--tier-config", o->tier_config, "Data mode: real bytes through these tiers (YAML)");
+  cmd->add_option("--tier-config", o->tier_config, "Tiers (YAML, or \"default\": 4 GiB DRAM + 16 GiB NVMe); sizes only unless --move-bytes");
+  cmd->add_flag("--move-bytes", o->move_bytes, "Data mode: real bytes through the --tier-config tiers");
   cmd->add_option("--model", o->model, "Catalog model: block size in bytes, prefill cost")->capture_default_str();
   cmd->add_option("--gpu", o->gpu, "GPU preset for the TTFT projection (h100-sxm, h200, a100, b200)")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print JSON");

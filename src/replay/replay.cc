@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <cmath>
 #include <unordered_map>
 
@@ -54,7 +55,8 @@ void FinishRates(ReplayPolicyResult& r) {
 }
 
 Result<ReplayPolicyResult> ReplayPolicy(const std::vector<ReplayRequest>& requests, PolicyKind policy,
-                                        uint64_t capacity_blocks, const ReplayOptions& options) {
+                                        uint64_t capacity_blocks, uint64_t block_bytes, const ReplayOptions& options) {
+  auto bytes_of = [&](const ReplayBlock& b) { return static_cast<uint32_t>(b.tokens * options.kv_bytes_per_token); };
   double now = 0;
   StoreOptions so;
   so.policy = policy;
@@ -63,10 +65,10 @@ Result<ReplayPolicyResult> ReplayPolicy(const std::vector<ReplayRequest>& reques
   so.recompute_seconds_per_token = options.recompute_seconds_per_token;
   if (options.predictor_horizon_s > 0) so.predictor.horizon_s = options.predictor_horizon_s;
   std::vector<std::unique_ptr<Tier>> tiers;
-  if (options.data_tiers) {
+  if (options.tiers && options.move_bytes) {
     // Every policy starts from empty tiers: persistent ones would otherwise bring back the
     // previous run's blocks.
-    TierConfig config = *options.data_tiers;
+    TierConfig config = *options.tiers;
     for (TierOptions& t : config.tiers) {
       if (auto* nvme = std::get_if<NvmeTierOptions>(&t)) nvme->recover = false;
       if (auto* pfs = std::get_if<ParallelFsTierOptions>(&t)) {
@@ -75,13 +77,22 @@ Result<ReplayPolicyResult> ReplayPolicy(const std::vector<ReplayRequest>& reques
       }
     }
     KVTIER_ASSIGN_OR_RETURN(tiers, OpenTiers(config));
+  } else if (options.tiers) {
+    so.metadata_only = true;
+    for (const TierOptions& t : options.tiers->tiers) {
+      std::visit(
+          [&](const auto& o) {
+            tiers.push_back(std::make_unique<CapacityTier>(o.name, TierKindOf(t), o.capacity_bytes));
+          },
+          t);
+    }
   } else {
     // One tier evicting on demand: full means `capacity_blocks` blocks, as in the bounds.
     so.metadata_only = true;
     so.prefetch = false;
     so.high_watermark = 1.0;
     so.low_watermark = 1.0 - 1e-12;
-    tiers.push_back(std::make_unique<CapacityTier>("replay", TierKind::kCpuDram, capacity_blocks * options.block_bytes));
+    tiers.push_back(std::make_unique<CapacityTier>("replay", TierKind::kCpuDram, capacity_blocks * block_bytes));
   }
   std::vector<TierCost> costs;
   for (const auto& t : tiers) costs.push_back(DefaultTierCost(t->kind()));
@@ -109,7 +120,7 @@ Result<ReplayPolicyResult> ReplayPolicy(const std::vector<ReplayRequest>& reques
       for (std::size_t i = 0; i < r.prompt.size(); ++i) {
         prompt_tokens += r.prompt[i].tokens;
         if (i < hit) {
-          seconds += costs[static_cast<std::size_t>(found.tier[i])].LoadSeconds(options.block_bytes);
+          seconds += costs[static_cast<std::size_t>(found.tier[i])].LoadSeconds(bytes_of(r.prompt[i]));
           hit_tokens += r.prompt[i].tokens;
         }
       }
@@ -123,12 +134,16 @@ Result<ReplayPolicyResult> ReplayPolicy(const std::vector<ReplayRequest>& reques
       out.tokens += r.prompt[i].tokens;
       if (i < hit) out.hit_tokens += r.prompt[i].tokens;
     }
+    // The request holds its prefix while it runs, as an engine does: the moves its reads
+    // cause (promotion, prefetch, demotion below) must not drop the blocks it extends.
+    Result<StorePin> pin = store->Pin(std::span(keys).first(hit));
+    if (!pin.ok()) return pin.status();
     if (hit > 0) {
       outs.clear();
-      if (options.data_tiers) {
+      if (options.move_bytes) {
         buffers.resize(hit);
         for (std::size_t i = 0; i < hit; ++i) {
-          buffers[i].resize(options.block_bytes);
+          buffers[i].resize(bytes_of(r.prompt[i]));
           outs.emplace_back(buffers[i]);
         }
       }
@@ -137,7 +152,7 @@ Result<ReplayPolicyResult> ReplayPolicy(const std::vector<ReplayRequest>& reques
     }
     puts.clear();
     auto add = [&](const ReplayBlock& b) {
-      puts.push_back({.key = b.key, .bytes = options.block_bytes, .tokens = b.tokens, .type = b.type,
+      puts.push_back({.key = b.key, .bytes = bytes_of(b), .tokens = b.tokens, .type = b.type,
                       .transition = r.transition});
     };
     for (std::size_t i = hit; i < r.prompt.size(); ++i) add(r.prompt[i]);
@@ -145,10 +160,10 @@ Result<ReplayPolicyResult> ReplayPolicy(const std::vector<ReplayRequest>& reques
       for (const ReplayBlock& b : r.output) add(b);
     }
     if (puts.empty()) continue;
-    if (options.data_tiers) {
+    if (options.move_bytes) {
       payloads.resize(puts.size());
       for (std::size_t i = 0; i < puts.size(); ++i) {
-        payloads[i].assign(options.block_bytes, static_cast<std::byte>(puts[i].key.lo & 0xff));
+        payloads[i].assign(puts[i].bytes, static_cast<std::byte>(puts[i].key.lo & 0xff));
         puts[i].payload = payloads[i];
       }
     }
@@ -185,7 +200,7 @@ Status ReplayOptions::Validate() const {
   if (capacity_blocks == 0 && !(capacity_fraction > 0 && capacity_fraction <= 1)) {
     return Status::InvalidArgument("replay: capacity_fraction must be in (0, 1] when capacity_blocks is 0");
   }
-  if (block_bytes == 0) return Status::InvalidArgument("replay: block_bytes must be > 0");
+  if (kv_bytes_per_token == 0) return Status::InvalidArgument("replay: kv_bytes_per_token must be > 0");
   if (!(recompute_seconds_per_token >= 0)) return Status::InvalidArgument("replay: recompute_seconds_per_token must be >= 0");
   return Status::Ok();
 }
@@ -197,14 +212,33 @@ Result<ReplayReport> Replay(const std::vector<ReplayRequest>& requests, const Re
   KVTIER_ASSIGN_OR_RETURN(OptimalBound probe, ComputeOptimalBound(trace, 0));
   ReplayReport report;
   report.requests = requests.size();
+  uint64_t block_tokens = 1;
+  for (const ReplayRequest& r : requests) {
+    for (const ReplayBlock& b : r.prompt) block_tokens = std::max<uint64_t>(block_tokens, b.tokens);
+  }
+  report.block_bytes = block_tokens * options.kv_bytes_per_token;
+  if (report.block_bytes > std::numeric_limits<uint32_t>::max()) {
+    return Status::InvalidArgument("replay: a block of " + std::to_string(block_tokens) + " tokens holds 4 GiB or more");
+  }
   report.unique_blocks = probe.unique_blocks;
   report.accesses = probe.ceiling.accesses;
   report.capacity_blocks = options.capacity_blocks > 0
                                ? options.capacity_blocks
                                : std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(
                                                            options.capacity_fraction * static_cast<double>(report.unique_blocks))));
+  if (options.tiers) {
+    // The tiers' capacities decide; the bounds use their total in blocks (unbounded: all).
+    uint64_t bytes = 0;
+    bool unbounded = false;
+    for (const TierOptions& t : options.tiers->tiers) {
+      const uint64_t capacity = std::visit([](const auto& o) { return o.capacity_bytes; }, t);
+      unbounded = unbounded || capacity == 0;
+      bytes += capacity;
+    }
+    report.capacity_blocks = unbounded ? report.unique_blocks : std::max<uint64_t>(1, bytes / report.block_bytes);
+  }
   for (PolicyKind policy : options.policies) {
-    KVTIER_ASSIGN_OR_RETURN(ReplayPolicyResult r, ReplayPolicy(requests, policy, report.capacity_blocks, options));
+    KVTIER_ASSIGN_OR_RETURN(ReplayPolicyResult r, ReplayPolicy(requests, policy, report.capacity_blocks, report.block_bytes, options));
     report.results.push_back(std::move(r));
   }
   KVTIER_ASSIGN_OR_RETURN(OptimalBound bound, ComputeOptimalBound(trace, report.capacity_blocks));

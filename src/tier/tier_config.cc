@@ -306,6 +306,20 @@ TierConfig DefaultTierConfig(const std::string& data_dir) {
   return config;
 }
 
+TierKind TierKindOf(const TierOptions& options) {
+  return std::visit(
+      [](const auto& o) {
+        using T = std::decay_t<decltype(o)>;
+        if constexpr (std::is_same_v<T, GpuHbmTierOptions>) return TierKind::kGpuHbm;
+        if constexpr (std::is_same_v<T, DramTierOptions>) return TierKind::kCpuDram;
+        if constexpr (std::is_same_v<T, CxlTierOptions>) return TierKind::kCxlMemory;
+        if constexpr (std::is_same_v<T, NvmeTierOptions>) return TierKind::kNvme;
+        if constexpr (std::is_same_v<T, RemoteTierOptions>) return TierKind::kRemotePool;
+        return TierKind::kParallelFs;
+      },
+      options);
+}
+
 Result<std::vector<std::unique_ptr<Tier>>> OpenTiers(const TierConfig& config) {
   std::vector<std::unique_ptr<Tier>> tiers;
   std::error_code ec;
