@@ -78,6 +78,10 @@ struct ReplayPolicyResult {
   // With a cost model: projected TTFT over the requests, and the same with no cache at all.
   double ttft_mean_s = 0, ttft_p50_s = 0, ttft_p99_s = 0;
   double ttft_no_cache_mean_s = 0;
+  // The paper's way to turn it into throughput and cost: prompt tokens served per second of
+  // projected prefill (one GPU, requests one after another), at $2 per GPU-hour.
+  double prefill_tokens_per_s = 0, no_cache_prefill_tokens_per_s = 0;
+  double dollars_per_mtok = 0, no_cache_dollars_per_mtok = 0;
 };
 
 struct ReplayReport {

@@ -62,6 +62,10 @@ nlohmann::json ResultJson(const ReplayPolicyResult& r) {
     out["ttft_p50_s"] = r.ttft_p50_s;
     out["ttft_p99_s"] = r.ttft_p99_s;
     out["ttft_no_cache_mean_s"] = r.ttft_no_cache_mean_s;
+    out["prefill_tokens_per_s"] = r.prefill_tokens_per_s;
+    out["no_cache_prefill_tokens_per_s"] = r.no_cache_prefill_tokens_per_s;
+    out["dollars_per_mtok"] = r.dollars_per_mtok;
+    out["no_cache_dollars_per_mtok"] = r.no_cache_dollars_per_mtok;
   }
   return out;
 }

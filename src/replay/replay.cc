@@ -99,6 +99,7 @@ Result<ReplayPolicyResult> ReplayPolicy(const std::vector<ReplayRequest>& reques
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<TieredStore> store, TieredStore::Open(std::move(tiers), so));
   std::vector<double> ttft;
   double no_cache_sum = 0;
+  uint64_t projected_tokens = 0;
 
   ReplayPolicyResult out{.policy = std::string(PolicyKindName(policy))};
   std::vector<BlockKey> keys;
@@ -127,6 +128,7 @@ Result<ReplayPolicyResult> ReplayPolicy(const std::vector<ReplayRequest>& reques
       seconds += options.cost_model->RecomputeSeconds(prompt_tokens - hit_tokens, hit_tokens);
       ttft.push_back(seconds);
       no_cache_sum += options.cost_model->RecomputeSeconds(prompt_tokens, 0);
+      projected_tokens += prompt_tokens;
     }
     out.accesses += keys.size();
     out.hit_blocks += hit;
@@ -185,6 +187,12 @@ Result<ReplayPolicyResult> ReplayPolicy(const std::vector<ReplayRequest>& reques
     for (double v : ttft) sum += v;
     out.ttft_mean_s = sum / static_cast<double>(ttft.size());
     out.ttft_no_cache_mean_s = no_cache_sum / static_cast<double>(ttft.size());
+    constexpr double kDollarsPerGpuHour = 2.0;  // the paper's assumption
+    auto dollars_per_mtok = [&](double tokens_per_s) { return kDollarsPerGpuHour / 3600 / tokens_per_s * 1e6; };
+    out.prefill_tokens_per_s = static_cast<double>(projected_tokens) / sum;
+    out.no_cache_prefill_tokens_per_s = static_cast<double>(projected_tokens) / no_cache_sum;
+    out.dollars_per_mtok = dollars_per_mtok(out.prefill_tokens_per_s);
+    out.no_cache_dollars_per_mtok = dollars_per_mtok(out.no_cache_prefill_tokens_per_s);
     std::sort(ttft.begin(), ttft.end());
     out.ttft_p50_s = ttft[ttft.size() / 2];
     out.ttft_p99_s = ttft[std::min(ttft.size() - 1, ttft.size() * 99 / 100)];
