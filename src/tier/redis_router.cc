@@ -81,7 +81,7 @@ Status RedisRouter::LoadSlotsFrom(RedisNode& node) {
     lease.Fail();
     return reply.status();
   }
-  const std::string_view host = node.address().substr(0, node.address().rfind(':'));
+  const std::string host = node.address().substr(0, node.address().rfind(':'));
   KVTIER_ASSIGN_OR_RETURN(std::vector<SlotRange> ranges, ParseClusterSlots(**reply, host));
   std::vector<std::pair<SlotRange, RedisEndpoint>> owners;
   for (SlotRange& range : ranges) {
