@@ -1,0 +1,176 @@
+// The kvtier wire protocol (version 1): how engines talk to `kvtier serve` over a Unix socket
+// (payloads in shared memory the client maps) or TCP. docs/protocol.md describes it; this
+// header is its codec: frames and the messages inside them, encoded and decoded without
+// trusting a byte of the input.
+//
+// A frame is a 24-byte header and a payload (all integers little-endian):
+//   0 u32 magic "KVTP"   4 u16 version (1)   6 u16 message type   8 u64 request id
+//   16 u32 payload bytes   20 u16 flags (0)   22 u16 zero
+// The reply to a request carries its request id and type | kReplyBit, or type kError with a
+// Status code and message. A frame whose header or payload does not decode closes the
+// connection (the server sends kError first, request id 0 when the header was unreadable).
+//
+// Thread-safety: pure functions over values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "kvtier/block.h"
+#include "kvtier/status.h"
+
+namespace kvtier::protocol {
+
+inline constexpr uint32_t kMagic = 0x5054564B;  // "KVTP" as little-endian bytes
+inline constexpr uint16_t kVersion = 1;
+inline constexpr std::size_t kHeaderBytes = 24;
+
+// Bounds every decoder enforces (a server may configure lower ones).
+struct Limits {
+  uint32_t max_payload_bytes = 16u << 20;  // Default: 16 MiB per frame (payloads travel in shared memory)
+  uint32_t max_batch = 65536;              // Default: keys, blocks or reports per message
+  uint32_t max_string_bytes = 4096;        // Default: tenant names, error messages
+
+  Status Validate() const;
+};
+
+// On the wire: do not renumber.
+enum class MessageType : uint16_t {
+  kError = 0,
+  kHello = 1,
+  kLookup = 2,
+  kPut = 3,
+  kGet = 4,
+  kPrefetch = 5,
+  kPin = 6,
+  kUnpin = 7,
+  kTags = 8,
+  kImportance = 9,
+  kStats = 10,
+};
+inline constexpr uint16_t kReplyBit = 0x8000;
+
+struct FrameHeader {
+  MessageType type = MessageType::kError;
+  bool reply = false;
+  uint64_t request_id = 0;
+  uint32_t payload_bytes = 0;
+};
+
+// Where a block's bytes are: `length` bytes at `offset` of the client's shared-memory segment
+// `segment` (announced in Hello), or inline in the frame when segment is kInline.
+struct PayloadRef {
+  static constexpr uint32_t kInline = 0xFFFFFFFF;
+  uint32_t segment = kInline;
+  uint64_t offset = 0;
+  uint32_t length = 0;
+};
+
+// --- Requests ---
+struct Hello {
+  std::string tenant;                   // the namespace this connection's keys live in
+  std::string auth_token;               // required off loopback
+  std::vector<uint64_t> segment_bytes;  // sizes of the memfd segments passed with SCM_RIGHTS, in order
+};
+struct Lookup {
+  std::vector<std::vector<BlockKey>> chains;  // longest stored prefix of each
+};
+struct PutBlock {
+  BlockKey key;
+  uint32_t tokens = 0;
+  BlockType type = BlockType::kUserContext;
+  TransitionType transition = TransitionType::kSameToolRepeat;
+  PayloadRef payload;
+  std::vector<std::byte> inline_bytes;  // when payload.segment == kInline
+};
+struct Put {
+  std::optional<BlockKey> parent;
+  std::vector<PutBlock> blocks;
+};
+struct Get {
+  TransitionType transition = TransitionType::kSameToolRepeat;
+  std::vector<BlockKey> keys;
+  std::vector<PayloadRef> destinations;  // one per key: where the server writes the bytes
+};
+struct Prefetch {
+  std::vector<BlockKey> keys;
+};
+struct Pin {
+  std::vector<BlockKey> keys;
+};
+struct Unpin {
+  uint64_t pin_id = 0;
+};
+struct TagUpdate {
+  BlockKey key;
+  BlockType type = BlockType::kUserContext;
+  TransitionType transition = TransitionType::kSameToolRepeat;
+};
+struct Tags {
+  std::vector<TagUpdate> updates;
+};
+struct ImportanceReport {
+  uint32_t layer = 0;
+  uint32_t head = 0;
+  double value = 0;
+};
+struct Importance {
+  std::vector<ImportanceReport> reports;
+};
+struct Stats {};
+
+// --- Replies ---
+struct ErrorReply {
+  StatusCode code = StatusCode::kInternal;
+  std::string message;
+};
+struct HelloReply {
+  uint16_t version = kVersion;
+  uint32_t tier_count = 0;
+};
+struct ChainLookup {
+  uint32_t prefix_blocks = 0;
+  uint32_t load_blocks = 0;   // worth loading (cost model), <= prefix_blocks
+  std::vector<uint8_t> tier;  // per prefix block: its fastest tier
+};
+struct LookupReply {
+  std::vector<ChainLookup> chains;
+};
+struct PutReply {
+  uint32_t new_blocks = 0, present_blocks = 0, refused_blocks = 0;
+};
+struct GetReply {
+  std::vector<uint32_t> sizes;  // of the blocks read, the stored prefix of the keys
+};
+struct PinReply {
+  uint64_t pin_id = 0;
+  uint32_t pinned_blocks = 0;
+};
+struct EmptyReply {};  // Prefetch, Unpin, Tags, Importance
+struct StatsReply {
+  std::string json;
+};
+
+using Message = std::variant<ErrorReply, Hello, Lookup, Put, Get, Prefetch, Pin, Unpin, Tags, Importance, Stats,
+                             HelloReply, LookupReply, PutReply, GetReply, PinReply, EmptyReply, StatsReply>;
+
+// Appends one whole frame (header and payload) for `message` to `out`. `reply_to` is the
+// request being answered (0 and ignored for requests); `request_id` names a request.
+// InvalidArgument when the message breaks `limits` (a batch too large, a string too long).
+Status EncodeFrame(const Message& message, uint64_t request_id, MessageType reply_to, const Limits& limits,
+                   std::vector<std::byte>& out);
+
+// The header at the start of `bytes` (at least kHeaderBytes). InvalidArgument for a wrong
+// magic, version, type or flags, or a payload over the limit.
+Result<FrameHeader> DecodeHeader(std::span<const std::byte> bytes, const Limits& limits);
+
+// The message in `payload` (exactly header.payload_bytes bytes): InvalidArgument for anything
+// malformed (truncated, trailing bytes, counts over the limits, unknown enum values).
+Result<Message> DecodePayload(const FrameHeader& header, std::span<const std::byte> payload, const Limits& limits);
+
+}  // namespace kvtier::protocol

@@ -1,0 +1,505 @@
+#include "kvtier/protocol.h"
+
+#include <bit>
+#include <cstring>
+#include <type_traits>
+
+namespace kvtier::protocol {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "the codec copies integers in host order");
+
+class Writer {
+ public:
+  explicit Writer(std::vector<std::byte>& out) : out_(out) {}
+  template <typename T>
+  void Put(T value) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const std::size_t at = out_.size();
+    out_.resize(at + sizeof value);
+    std::memcpy(out_.data() + at, &value, sizeof value);
+  }
+  void Key(const BlockKey& key) {
+    Put(key.hi);
+    Put(key.lo);
+  }
+  void Bytes(std::span<const std::byte> bytes) {
+    Put(static_cast<uint32_t>(bytes.size()));
+    out_.insert(out_.end(), bytes.begin(), bytes.end());
+  }
+  void String(const std::string& s) { Bytes(std::as_bytes(std::span(s.data(), s.size()))); }
+  void Ref(const PayloadRef& ref) {
+    Put(ref.segment);
+    Put(ref.offset);
+    Put(ref.length);
+  }
+
+ private:
+  std::vector<std::byte>& out_;
+};
+
+// Every read is checked against what is left; the first failure sticks and names the field.
+class Reader {
+ public:
+  Reader(std::span<const std::byte> in, const Limits& limits) : in_(in), limits_(limits) {}
+  template <typename T>
+  T Get(const char* what) {
+    T value{};
+    if (!Take(sizeof value, what)) return value;
+    std::memcpy(&value, in_.data() + pos_ - sizeof value, sizeof value);
+    return value;
+  }
+  BlockKey Key(const char* what) {
+    const uint64_t hi = Get<uint64_t>(what);
+    return {hi, Get<uint64_t>(what)};
+  }
+  // A count of elements of at least `min_bytes` each: bounded by the limit and by the bytes left.
+  uint32_t Count(const char* what, std::size_t min_bytes) {
+    const uint32_t n = Get<uint32_t>(what);
+    if (!status_.ok()) return 0;
+    if (n > limits_.max_batch) {
+      Fail(std::string(what) + ": " + std::to_string(n) + " entries, over the limit of " +
+           std::to_string(limits_.max_batch));
+      return 0;
+    }
+    if (min_bytes > 0 && n > (in_.size() - pos_) / min_bytes) {
+      Fail(std::string(what) + ": " + std::to_string(n) + " entries cannot fit in the frame");
+      return 0;
+    }
+    return n;
+  }
+  std::string String(const char* what) {
+    const uint32_t n = Get<uint32_t>(what);
+    if (!status_.ok()) return {};
+    if (n > limits_.max_string_bytes) {
+      Fail(std::string(what) + ": a string of " + std::to_string(n) + " bytes, over the limit");
+      return {};
+    }
+    if (!Take(n, what)) return {};
+    return std::string(reinterpret_cast<const char*>(in_.data() + pos_ - n), n);
+  }
+  std::vector<std::byte> Bytes(const char* what) {
+    const uint32_t n = Get<uint32_t>(what);
+    if (!status_.ok() || !Take(n, what)) return {};
+    return {in_.begin() + static_cast<std::ptrdiff_t>(pos_ - n), in_.begin() + static_cast<std::ptrdiff_t>(pos_)};
+  }
+  PayloadRef Ref(const char* what) {
+    PayloadRef ref;
+    ref.segment = Get<uint32_t>(what);
+    ref.offset = Get<uint64_t>(what);
+    ref.length = Get<uint32_t>(what);
+    return ref;
+  }
+  template <typename Enum>
+  Enum EnumValue(const char* what, uint8_t count) {
+    const uint8_t v = Get<uint8_t>(what);
+    if (status_.ok() && v >= count) Fail(std::string(what) + ": unknown value " + std::to_string(v));
+    return static_cast<Enum>(v);
+  }
+  std::vector<BlockKey> Keys(const char* what) {
+    std::vector<BlockKey> keys(Count(what, 16));
+    for (BlockKey& key : keys) key = Key(what);
+    return keys;
+  }
+  Status Finish() {
+    if (status_.ok() && pos_ != in_.size()) {
+      Fail(std::to_string(in_.size() - pos_) + " bytes after the end of the message");
+    }
+    return status_;
+  }
+  void Fail(std::string message) {
+    if (status_.ok()) status_ = Status::InvalidArgument("protocol: " + std::move(message));
+  }
+
+ private:
+  bool Take(std::size_t n, const char* what) {
+    if (!status_.ok()) return false;
+    if (n > in_.size() - pos_) {
+      Fail(std::string(what) + ": the frame ends early");
+      return false;
+    }
+    pos_ += n;
+    return true;
+  }
+
+  std::span<const std::byte> in_;
+  const Limits& limits_;
+  std::size_t pos_ = 0;
+  Status status_;
+};
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+Status CheckBatch(std::size_t n, const Limits& limits, const char* what) {
+  if (n > limits.max_batch) {
+    return Status::InvalidArgument(std::string("protocol: ") + what + " has " + std::to_string(n) +
+                                   " entries, over the limit of " + std::to_string(limits.max_batch));
+  }
+  return Status::Ok();
+}
+
+Status CheckString(const std::string& s, const Limits& limits, const char* what) {
+  if (s.size() > limits.max_string_bytes) {
+    return Status::InvalidArgument(std::string("protocol: ") + what + " is longer than " +
+                                   std::to_string(limits.max_string_bytes) + " bytes");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Limits::Validate() const {
+  if (max_payload_bytes < 64) return Status::InvalidArgument("protocol limits: max_payload_bytes below 64");
+  if (max_batch == 0) return Status::InvalidArgument("protocol limits: max_batch must be > 0");
+  return Status::Ok();
+}
+
+Status EncodeFrame(const Message& message, uint64_t request_id, MessageType reply_to, const Limits& limits,
+                   std::vector<std::byte>& out) {
+  std::vector<std::byte> payload;
+  Writer w(payload);
+  MessageType type = MessageType::kError;
+  bool reply = true;
+  Status checked = Status::Ok();
+  std::visit(
+      Overloaded{
+          [&](const ErrorReply& m) {
+            checked = CheckString(m.message, limits, "an error message");
+            w.Put(static_cast<uint8_t>(m.code));
+            w.String(m.message);
+          },
+          [&](const Hello& m) {
+            type = MessageType::kHello;
+            reply = false;
+            checked = CheckString(m.tenant, limits, "the tenant");
+            if (checked.ok()) checked = CheckString(m.auth_token, limits, "the auth token");
+            if (checked.ok()) checked = CheckBatch(m.segment_bytes.size(), limits, "Hello's segments");
+            w.String(m.tenant);
+            w.String(m.auth_token);
+            w.Put(static_cast<uint32_t>(m.segment_bytes.size()));
+            for (uint64_t b : m.segment_bytes) w.Put(b);
+          },
+          [&](const Lookup& m) {
+            type = MessageType::kLookup;
+            reply = false;
+            checked = CheckBatch(m.chains.size(), limits, "Lookup");
+            w.Put(static_cast<uint32_t>(m.chains.size()));
+            for (const auto& chain : m.chains) {
+              if (checked.ok()) checked = CheckBatch(chain.size(), limits, "a Lookup chain");
+              w.Put(static_cast<uint32_t>(chain.size()));
+              for (const BlockKey& k : chain) w.Key(k);
+            }
+          },
+          [&](const Put& m) {
+            type = MessageType::kPut;
+            reply = false;
+            checked = CheckBatch(m.blocks.size(), limits, "Put");
+            w.Put(static_cast<uint8_t>(m.parent.has_value()));
+            if (m.parent) w.Key(*m.parent);
+            w.Put(static_cast<uint32_t>(m.blocks.size()));
+            for (const PutBlock& b : m.blocks) {
+              w.Key(b.key);
+              w.Put(b.tokens);
+              w.Put(static_cast<uint8_t>(b.type));
+              w.Put(static_cast<uint8_t>(b.transition));
+              w.Ref(b.payload);
+              if (b.payload.segment == PayloadRef::kInline) w.Bytes(b.inline_bytes);
+            }
+          },
+          [&](const Get& m) {
+            type = MessageType::kGet;
+            reply = false;
+            checked = CheckBatch(m.keys.size(), limits, "Get");
+            if (checked.ok() && m.destinations.size() != m.keys.size()) {
+              checked = Status::InvalidArgument("protocol: Get needs one destination per key");
+            }
+            w.Put(static_cast<uint8_t>(m.transition));
+            w.Put(static_cast<uint32_t>(m.keys.size()));
+            for (std::size_t i = 0; i < m.keys.size(); ++i) {
+              w.Key(m.keys[i]);
+              w.Ref(i < m.destinations.size() ? m.destinations[i] : PayloadRef{});
+            }
+          },
+          [&](const Prefetch& m) {
+            type = MessageType::kPrefetch;
+            reply = false;
+            checked = CheckBatch(m.keys.size(), limits, "Prefetch");
+            w.Put(static_cast<uint32_t>(m.keys.size()));
+            for (const BlockKey& k : m.keys) w.Key(k);
+          },
+          [&](const Pin& m) {
+            type = MessageType::kPin;
+            reply = false;
+            checked = CheckBatch(m.keys.size(), limits, "Pin");
+            w.Put(static_cast<uint32_t>(m.keys.size()));
+            for (const BlockKey& k : m.keys) w.Key(k);
+          },
+          [&](const Unpin& m) {
+            type = MessageType::kUnpin;
+            reply = false;
+            w.Put(m.pin_id);
+          },
+          [&](const Tags& m) {
+            type = MessageType::kTags;
+            reply = false;
+            checked = CheckBatch(m.updates.size(), limits, "Tags");
+            w.Put(static_cast<uint32_t>(m.updates.size()));
+            for (const TagUpdate& u : m.updates) {
+              w.Key(u.key);
+              w.Put(static_cast<uint8_t>(u.type));
+              w.Put(static_cast<uint8_t>(u.transition));
+            }
+          },
+          [&](const Importance& m) {
+            type = MessageType::kImportance;
+            reply = false;
+            checked = CheckBatch(m.reports.size(), limits, "Importance");
+            w.Put(static_cast<uint32_t>(m.reports.size()));
+            for (const ImportanceReport& r : m.reports) {
+              w.Put(r.layer);
+              w.Put(r.head);
+              w.Put(r.value);
+            }
+          },
+          [&](const Stats&) { type = MessageType::kStats;
+            reply = false; },
+          [&](const HelloReply& m) {
+            type = MessageType::kHello;
+            w.Put(m.version);
+            w.Put(m.tier_count);
+          },
+          [&](const LookupReply& m) {
+            type = MessageType::kLookup;
+            checked = CheckBatch(m.chains.size(), limits, "a Lookup reply");
+            w.Put(static_cast<uint32_t>(m.chains.size()));
+            for (const ChainLookup& c : m.chains) {
+              w.Put(c.prefix_blocks);
+              w.Put(c.load_blocks);
+              w.Put(static_cast<uint32_t>(c.tier.size()));
+              for (uint8_t t : c.tier) w.Put(t);
+            }
+          },
+          [&](const PutReply& m) {
+            type = MessageType::kPut;
+            w.Put(m.new_blocks);
+            w.Put(m.present_blocks);
+            w.Put(m.refused_blocks);
+          },
+          [&](const GetReply& m) {
+            type = MessageType::kGet;
+            checked = CheckBatch(m.sizes.size(), limits, "a Get reply");
+            w.Put(static_cast<uint32_t>(m.sizes.size()));
+            for (uint32_t s : m.sizes) w.Put(s);
+          },
+          [&](const PinReply& m) {
+            type = MessageType::kPin;
+            w.Put(m.pin_id);
+            w.Put(m.pinned_blocks);
+          },
+          [&](const EmptyReply&) { type = reply_to; },
+          [&](const StatsReply& m) {
+            type = MessageType::kStats;
+            w.Bytes(std::as_bytes(std::span(m.json.data(), m.json.size())));
+          },
+      },
+      message);
+  KVTIER_RETURN_IF_ERROR(checked);
+  if (payload.size() > limits.max_payload_bytes) {
+    return Status::InvalidArgument("protocol: a " + std::to_string(payload.size()) + "-byte payload is over the " +
+                                   std::to_string(limits.max_payload_bytes) + "-byte limit; send payloads in shared memory");
+  }
+  Writer header(out);
+  header.Put(kMagic);
+  header.Put(kVersion);
+  header.Put(static_cast<uint16_t>(static_cast<uint16_t>(type) | (reply ? kReplyBit : 0)));
+  header.Put(request_id);
+  header.Put(static_cast<uint32_t>(payload.size()));
+  header.Put(uint16_t{0});
+  header.Put(uint16_t{0});
+  out.insert(out.end(), payload.begin(), payload.end());
+  return Status::Ok();
+}
+
+Result<FrameHeader> DecodeHeader(std::span<const std::byte> bytes, const Limits& limits) {
+  if (bytes.size() < kHeaderBytes) return Status::InvalidArgument("protocol: a frame header needs 24 bytes");
+  Reader r(bytes.first(kHeaderBytes), limits);
+  const uint32_t magic = r.Get<uint32_t>("magic");
+  const uint16_t version = r.Get<uint16_t>("version");
+  const uint16_t type = r.Get<uint16_t>("type");
+  FrameHeader h;
+  h.request_id = r.Get<uint64_t>("request id");
+  h.payload_bytes = r.Get<uint32_t>("payload bytes");
+  const uint16_t flags = r.Get<uint16_t>("flags");
+  const uint16_t zero = r.Get<uint16_t>("reserved");
+  if (magic != kMagic) return Status::InvalidArgument("protocol: not a kvtier frame (bad magic)");
+  if (version != kVersion) {
+    return Status::InvalidArgument("protocol: version " + std::to_string(version) + " is not supported (this is " +
+                                   std::to_string(kVersion) + ")");
+  }
+  if (flags != 0 || zero != 0) return Status::InvalidArgument("protocol: unknown header flags");
+  h.reply = (type & kReplyBit) != 0;
+  const uint16_t base = static_cast<uint16_t>(type & ~kReplyBit);
+  if (base > static_cast<uint16_t>(MessageType::kStats)) {
+    return Status::InvalidArgument("protocol: unknown message type " + std::to_string(base));
+  }
+  h.type = static_cast<MessageType>(base);
+  if (h.payload_bytes > limits.max_payload_bytes) {
+    return Status::InvalidArgument("protocol: a " + std::to_string(h.payload_bytes) + "-byte payload is over the " +
+                                   std::to_string(limits.max_payload_bytes) + "-byte limit");
+  }
+  return h;
+}
+
+Result<Message> DecodePayload(const FrameHeader& h, std::span<const std::byte> payload, const Limits& limits) {
+  if (payload.size() != h.payload_bytes) return Status::InvalidArgument("protocol: the payload's size is not the header's");
+  Reader r(payload, limits);
+  Message out;
+  if (h.type == MessageType::kError) {
+    ErrorReply m;
+    const uint8_t code = r.Get<uint8_t>("error code");
+    if (code > static_cast<uint8_t>(StatusCode::kAlreadyExists)) r.Fail("unknown status code " + std::to_string(code));
+    m.code = static_cast<StatusCode>(code);
+    m.message = r.String("error message");
+    out = std::move(m);
+  } else if (!h.reply) {
+    switch (h.type) {
+      case MessageType::kHello: {
+        Hello m;
+        m.tenant = r.String("tenant");
+        m.auth_token = r.String("auth token");
+        m.segment_bytes.resize(r.Count("segments", 8));
+        for (uint64_t& b : m.segment_bytes) b = r.Get<uint64_t>("segment size");
+        out = std::move(m);
+        break;
+      }
+      case MessageType::kLookup: {
+        Lookup m;
+        m.chains.resize(r.Count("chains", 4));
+        for (auto& chain : m.chains) chain = r.Keys("chain keys");
+        out = std::move(m);
+        break;
+      }
+      case MessageType::kPut: {
+        Put m;
+        if (r.Get<uint8_t>("has parent") != 0) m.parent = r.Key("parent");
+        m.blocks.resize(r.Count("blocks", 16 + 4 + 2 + 16));
+        for (PutBlock& b : m.blocks) {
+          b.key = r.Key("block key");
+          b.tokens = r.Get<uint32_t>("tokens");
+          b.type = r.EnumValue<BlockType>("block type", 4);
+          b.transition = r.EnumValue<TransitionType>("transition", 4);
+          b.payload = r.Ref("payload");
+          if (b.payload.segment == PayloadRef::kInline) {
+            b.inline_bytes = r.Bytes("inline payload");
+            if (b.inline_bytes.size() != b.payload.length) r.Fail("an inline payload's length is not its reference's");
+          }
+        }
+        out = std::move(m);
+        break;
+      }
+      case MessageType::kGet: {
+        Get m;
+        m.transition = r.EnumValue<TransitionType>("transition", 4);
+        const uint32_t n = r.Count("keys", 32);
+        m.keys.resize(n);
+        m.destinations.resize(n);
+        for (uint32_t i = 0; i < n; ++i) {
+          m.keys[i] = r.Key("key");
+          m.destinations[i] = r.Ref("destination");
+        }
+        out = std::move(m);
+        break;
+      }
+      case MessageType::kPrefetch: out = Prefetch{r.Keys("keys")}; break;
+      case MessageType::kPin: out = Pin{r.Keys("keys")}; break;
+      case MessageType::kUnpin: out = Unpin{r.Get<uint64_t>("pin id")}; break;
+      case MessageType::kTags: {
+        Tags m;
+        m.updates.resize(r.Count("tag updates", 18));
+        for (TagUpdate& u : m.updates) {
+          u.key = r.Key("key");
+          u.type = r.EnumValue<BlockType>("block type", 4);
+          u.transition = r.EnumValue<TransitionType>("transition", 4);
+        }
+        out = std::move(m);
+        break;
+      }
+      case MessageType::kImportance: {
+        Importance m;
+        m.reports.resize(r.Count("reports", 16));
+        for (ImportanceReport& rep : m.reports) {
+          rep.layer = r.Get<uint32_t>("layer");
+          rep.head = r.Get<uint32_t>("head");
+          rep.value = r.Get<double>("importance");
+        }
+        out = std::move(m);
+        break;
+      }
+      case MessageType::kStats: out = Stats{}; break;
+      case MessageType::kError: break;  // handled above
+    }
+  } else {
+    switch (h.type) {
+      case MessageType::kHello: {
+        HelloReply m;
+        m.version = r.Get<uint16_t>("version");
+        m.tier_count = r.Get<uint32_t>("tier count");
+        out = m;
+        break;
+      }
+      case MessageType::kLookup: {
+        LookupReply m;
+        m.chains.resize(r.Count("chains", 12));
+        for (ChainLookup& c : m.chains) {
+          c.prefix_blocks = r.Get<uint32_t>("prefix blocks");
+          c.load_blocks = r.Get<uint32_t>("load blocks");
+          c.tier.resize(r.Count("tiers", 1));
+          for (uint8_t& t : c.tier) t = r.Get<uint8_t>("tier");
+        }
+        out = std::move(m);
+        break;
+      }
+      case MessageType::kPut: {
+        PutReply m;
+        m.new_blocks = r.Get<uint32_t>("new blocks");
+        m.present_blocks = r.Get<uint32_t>("present blocks");
+        m.refused_blocks = r.Get<uint32_t>("refused blocks");
+        out = m;
+        break;
+      }
+      case MessageType::kGet: {
+        GetReply m;
+        m.sizes.resize(r.Count("sizes", 4));
+        for (uint32_t& s : m.sizes) s = r.Get<uint32_t>("size");
+        out = std::move(m);
+        break;
+      }
+      case MessageType::kPin: {
+        PinReply m;
+        m.pin_id = r.Get<uint64_t>("pin id");
+        m.pinned_blocks = r.Get<uint32_t>("pinned blocks");
+        out = m;
+        break;
+      }
+      case MessageType::kStats: {
+        const std::vector<std::byte> json = r.Bytes("stats");
+        out = StatsReply{std::string(reinterpret_cast<const char*>(json.data()), json.size())};
+        break;
+      }
+      case MessageType::kPrefetch:
+      case MessageType::kUnpin:
+      case MessageType::kTags:
+      case MessageType::kImportance: out = EmptyReply{}; break;
+      case MessageType::kError: break;  // handled above
+    }
+  }
+  KVTIER_RETURN_IF_ERROR(r.Finish());
+  return out;
+}
+
+}  // namespace kvtier::protocol
