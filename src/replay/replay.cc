@@ -15,8 +15,14 @@ namespace kvtier {
 namespace {
 
 // The requests as the optimum sees them: dense ids, generated blocks as insertions.
-Result<PrefixTrace> ToPrefixTrace(const std::vector<ReplayRequest>& requests, bool cache_output) {
+struct DenseTrace {
   PrefixTrace trace;
+  uint64_t unique_blocks = 0;
+  uint64_t max_block_tokens = 1;
+};
+
+Result<DenseTrace> ToPrefixTrace(const std::vector<ReplayRequest>& requests, bool cache_output) {
+  DenseTrace out;
   std::unordered_map<BlockKey, uint64_t, BlockKeyHash> dense;
   std::vector<uint64_t> ids;
   std::vector<uint32_t> tokens;
@@ -27,16 +33,20 @@ Result<PrefixTrace> ToPrefixTrace(const std::vector<ReplayRequest>& requests, bo
       ids.push_back(dense.try_emplace(b.key, dense.size()).first->second);
       tokens.push_back(b.tokens);
     };
-    for (const ReplayBlock& b : r.prompt) add(b);
+    for (const ReplayBlock& b : r.prompt) {
+      add(b);
+      out.max_block_tokens = std::max<uint64_t>(out.max_block_tokens, b.tokens);
+    }
     std::size_t inserted = 0;
     if (cache_output) {
       for (const ReplayBlock& b : r.output) add(b);
       inserted = r.output.size();
     }
     if (ids.empty()) continue;
-    KVTIER_RETURN_IF_ERROR(trace.AddRequest(ids, tokens, inserted));
+    KVTIER_RETURN_IF_ERROR(out.trace.AddRequest(ids, tokens, inserted));
   }
-  return trace;
+  out.unique_blocks = dense.size();
+  return out;
 }
 
 ReplayPolicyResult FromHitStats(const std::string& name, const HitStats& h) {
@@ -215,21 +225,15 @@ Status ReplayOptions::Validate() const {
 
 Result<ReplayReport> Replay(const std::vector<ReplayRequest>& requests, const ReplayOptions& options) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
-  KVTIER_ASSIGN_OR_RETURN(const PrefixTrace trace, ToPrefixTrace(requests, options.cache_output));
-  // The unique blocks come with the bounds; the capacity may depend on them.
-  KVTIER_ASSIGN_OR_RETURN(OptimalBound probe, ComputeOptimalBound(trace, 0));
+  KVTIER_ASSIGN_OR_RETURN(const DenseTrace dense, ToPrefixTrace(requests, options.cache_output));
   ReplayReport report;
   report.requests = requests.size();
-  uint64_t block_tokens = 1;
-  for (const ReplayRequest& r : requests) {
-    for (const ReplayBlock& b : r.prompt) block_tokens = std::max<uint64_t>(block_tokens, b.tokens);
-  }
+  const uint64_t block_tokens = dense.max_block_tokens;
   report.block_bytes = block_tokens * options.kv_bytes_per_token;
   if (report.block_bytes > std::numeric_limits<uint32_t>::max()) {
     return Status::InvalidArgument("replay: a block of " + std::to_string(block_tokens) + " tokens holds 4 GiB or more");
   }
-  report.unique_blocks = probe.unique_blocks;
-  report.accesses = probe.ceiling.accesses;
+  report.unique_blocks = dense.unique_blocks;
   report.capacity_blocks = options.capacity_blocks > 0
                                ? options.capacity_blocks
                                : std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(
@@ -249,7 +253,8 @@ Result<ReplayReport> Replay(const std::vector<ReplayRequest>& requests, const Re
     KVTIER_ASSIGN_OR_RETURN(ReplayPolicyResult r, ReplayPolicy(requests, policy, report.capacity_blocks, report.block_bytes, options));
     report.results.push_back(std::move(r));
   }
-  KVTIER_ASSIGN_OR_RETURN(OptimalBound bound, ComputeOptimalBound(trace, report.capacity_blocks));
+  KVTIER_ASSIGN_OR_RETURN(OptimalBound bound, ComputeOptimalBound(dense.trace, report.capacity_blocks));
+  report.accesses = bound.ceiling.accesses;
   report.results.push_back(FromHitStats("opt", bound.optimal));
   report.results.push_back(FromHitStats("ceiling", bound.ceiling));
   return report;

@@ -102,6 +102,11 @@ struct TieredStore::Impl {
   // keys are hashes, and this flips fixed bits of one).
   static BlockKey PartKey(const BlockKey& key) { return {key.hi ^ 0x6865616470617274ull, key.lo ^ 1}; }
 
+  // The split of `b`'s copy in tier `t`, when that copy is split.
+  static std::optional<Block::Split> SplitIn(const Block& b, int t) {
+    return b.split && b.split->upper_tier == t ? b.split : std::nullopt;
+  }
+
   // The bytes tier `t` holds of a block of `full` bytes.
   static uint32_t BytesIn(const Block& b, int t, uint32_t full) {
     return b.split && b.split->upper_tier == t ? b.split->upper_bytes : full;
@@ -254,6 +259,7 @@ struct TieredStore::Impl {
         BlockMeta meta;
         enum class Action { kLeave, kDrop, kDemote, kSplit } action;
         HeadUnitMask lower;  // kSplit: the units that go down
+        std::optional<Block::Split> split;  // kDemote: its copy here is split, to be gathered
       };
       std::vector<Victim> batch;
       {
@@ -274,7 +280,7 @@ struct TieredStore::Impl {
           }
           it->second.moving = true;
           RefreshEvictableLocked(*victim);
-          Victim v{*victim, info->meta, Victim::Action::kDemote, {}};
+          Victim v{*victim, info->meta, Victim::Action::kDemote, {}, SplitIn(it->second, t)};
           const TierMask below = static_cast<TierMask>(info->meta.tiers & ~((2u << t) - 1));
           if (SplittableLocked(info->meta, it->second, t, below)) {
             const uint64_t bytes = static_cast<uint64_t>(options.head_demotion_fraction * info->meta.size_bytes);
@@ -321,9 +327,9 @@ struct TieredStore::Impl {
           continue;
         }
         if (batch[i].action != Victim::Action::kDemote) continue;
-        if (HasSplit(batch[i].key)) {  // gather the parts, then move the whole block down
+        if (batch[i].split) {  // gather the parts, then move the whole block down
           payloads[i].resize(batch[i].meta.size_bytes);
-          moved[i] = ReadGathered(batch[i].key, t, payloads[i]);
+          moved[i] = ReadGathered(batch[i].key, t, batch[i].split, payloads[i]);
           if (moved[i].ok()) moved[i] = WriteTo(t + 1, batch[i].key, payloads[i], batch[i].meta.size_bytes);
           continue;
         }
@@ -442,12 +448,6 @@ struct TieredStore::Impl {
     }
   }
 
-  bool HasSplit(const BlockKey& key) {
-    std::lock_guard lock(mu_);
-    auto it = blocks.find(key);
-    return it != blocks.end() && it->second.split.has_value();
-  }
-
   // Head-granular demotion of a whole block in tier `t`: its `lower` units go to tier t + 1
   // under PartKey and the rest replaces the whole block in tier t. The whole block's slot is
   // freed first, so that the smaller part can take space a size class released (slab
@@ -485,14 +485,10 @@ struct TieredStore::Impl {
     return Status::Unavailable("store: no room below for block " + key.ToHex());
   }
 
-  // Reads a block from tier `t`, gathering its parts when its copy there is split.
-  Status ReadGathered(const BlockKey& key, int t, std::span<std::byte> out) {
-    std::optional<Block::Split> split;
-    {
-      std::lock_guard lock(mu_);
-      auto it = blocks.find(key);
-      if (it != blocks.end() && it->second.split && it->second.split->upper_tier == t) split = it->second.split;
-    }
+  // Reads a block from tier `t`, gathering its parts when its copy there is split (`split`,
+  // SplitIn as the caller saw it under `mu_`: a split that changes meanwhile shows as a size
+  // mismatch, which ReadFrom reports for a retry).
+  Status ReadGathered(const BlockKey& key, int t, const std::optional<Block::Split>& split, std::span<std::byte> out) {
     if (!split) return ReadFrom(t, key, out);
     if (options.metadata_only) return Status::Ok();
     const KvBlockLayout& layout = *options.head_layout;
@@ -740,6 +736,7 @@ Result<std::size_t> TieredStore::Get(std::span<const BlockKey> keys, std::span<c
     for (int attempt = 0; attempt < kReadAttempts && !done; ++attempt) {
       int t = -1;
       std::size_t size = 0;
+      std::optional<Impl::Block::Split> split;
       {
         std::lock_guard lock(s.mu_);
         const std::optional<BlockInfo> info = s.index.Find(key);
@@ -751,13 +748,14 @@ Result<std::size_t> TieredStore::Get(std::span<const BlockKey> keys, std::span<c
         }
         t = Impl::FastestTier(info->meta.tiers);
         size = info->meta.size_bytes;
+        if (auto it = s.blocks.find(key); it != s.blocks.end()) split = Impl::SplitIn(it->second, t);
       }
       Impl::TierState& ts = s.tiers[static_cast<std::size_t>(t)];
-      const bool gathered = s.HasSplit(key);
-      const Status n = s.ReadGathered(key, t, s.options.metadata_only ? std::span<std::byte>() : outs[i].first(size));
+      const Status n =
+          s.ReadGathered(key, t, split, s.options.metadata_only ? std::span<std::byte>() : outs[i].first(size));
       std::lock_guard lock(s.mu_);
       if (n.ok()) {
-        if (gathered) ++s.stats.head_split_reads;
+        if (split) ++s.stats.head_split_reads;
         ++ts.stats.hits;
         ts.policy->Touch(key, transition, s.Now());
         s.index.Touch({&key, 1}, static_cast<uint64_t>(s.Now() * 1e6));
@@ -839,7 +837,7 @@ void TieredStore::PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch) {
         if (prefetch) ++st.stats.prefetch_issued;
       }
       std::vector<std::byte> payload(st.options.metadata_only ? 0 : meta.size_bytes);
-      const Status n = st.ReadGathered(key, from, payload);
+      const Status n = st.ReadGathered(key, from, Impl::SplitIn(b, from), payload);
       Result<int> placed = n.ok() ? st.Place(key, meta, b, payload, from) : Result<int>(n);
       std::lock_guard lock(st.mu_);
       auto it = st.blocks.find(key);
