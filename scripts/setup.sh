@@ -11,6 +11,7 @@ packages=(
   libhiredis-dev redis-server  # the remote-pool tier and the redis-server its tests start
   libbenchmark-dev fio        # Google Benchmark targets; fio, the NVMe tier's baseline
   libicu-dev                  # Unicode classes for the BPE pre-tokenizer (trace replay)
+  libcpp-httplib-dev          # the service's /metrics and /healthz endpoints
   clang-14 libclang-rt-14-dev   # libFuzzer for the fuzz preset
 )
 

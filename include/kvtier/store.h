@@ -188,6 +188,8 @@ class TieredStore {
   StoreStats GetStats() const;
   // The predictor's posteriors and calibration (reuse_predictor.h ToJson).
   std::string PredictorJson() const;
+  // The predictor itself: posteriors and calibration as values (metrics export).
+  const ReusePredictor& predictor() const;
   std::size_t tier_count() const;
   Tier& tier(std::size_t i);
 

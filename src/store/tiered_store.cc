@@ -908,6 +908,7 @@ StoreStats TieredStore::GetStats() const {
 }
 
 std::string TieredStore::PredictorJson() const { return impl_->predictor->ToJson(); }
+const ReusePredictor& TieredStore::predictor() const { return *impl_->predictor; }
 std::size_t TieredStore::tier_count() const { return impl_->tiers.size(); }
 Tier& TieredStore::tier(std::size_t i) { return *impl_->tiers[i].tier; }
 
