@@ -114,6 +114,7 @@ struct PutResult {
 struct LookupResult {
   std::size_t prefix_blocks = 0;  // the longest prefix of the keys that is stored
   std::vector<int> tier;          // per prefix block: the index of the fastest tier holding it
+  std::vector<uint32_t> bytes;    // per prefix block: its size
   // With a cost model: the prefix worth loading. It ends at the first block whose load from
   // its tier would take longer than recomputing it (the engine recomputes from there), and
   // each stored block's decision with its inputs is in `decisions`. Without one: prefix_blocks.
@@ -171,10 +172,11 @@ class TieredStore {
 
   // Reads the stored prefix of `keys` into `outs` (one buffer per key, in order; ignored in a
   // metadata-only store), stopping at the first block that is not stored; returns the blocks
-  // read. Reads from lower tiers
-  // promote and prefetch as the options say. `transition` is the access's type.
+  // read, and their sizes in `sizes` when it is not empty (one entry per key). Reads from
+  // lower tiers promote and prefetch as the options say. `transition` is the access's type.
   Result<std::size_t> Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
-                          TransitionType transition = TransitionType::kSameToolRepeat);
+                          TransitionType transition = TransitionType::kSameToolRepeat,
+                          std::span<std::size_t> sizes = {});
 
   // Brings the stored blocks among `keys` into the fastest tier, in the background.
   void Prefetch(std::span<const BlockKey> keys);

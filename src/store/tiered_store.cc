@@ -696,6 +696,7 @@ LookupResult TieredStore::Lookup(std::span<const BlockKey> keys) const {
     if (!info || info->meta.tiers == 0 || info->parent != previous) break;
     const int t = Impl::FastestTier(info->meta.tiers);
     result.tier.push_back(t);
+    result.bytes.push_back(info->meta.size_bytes);
     if (s.options.cost_model) {
       auto it = s.blocks.find(key);
       const uint64_t tokens = it == s.blocks.end() ? 0 : it->second.tokens;
@@ -719,10 +720,13 @@ LookupResult TieredStore::Lookup(std::span<const BlockKey> keys) const {
 }
 
 Result<std::size_t> TieredStore::Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
-                                     TransitionType transition) {
+                                     TransitionType transition, std::span<std::size_t> sizes) {
   Impl& s = *impl_;
   if (!s.options.metadata_only && outs.size() < keys.size()) {
     return Status::InvalidArgument("store: Get needs one buffer per key");
+  }
+  if (!sizes.empty() && sizes.size() < keys.size()) {
+    return Status::InvalidArgument("store: Get needs one size slot per key");
   }
   std::size_t read = 0;
   std::vector<BlockKey> from_below;  // promoted once the request has its bytes
@@ -756,6 +760,7 @@ Result<std::size_t> TieredStore::Get(std::span<const BlockKey> keys, std::span<c
       std::lock_guard lock(s.mu_);
       if (n.ok()) {
         if (split) ++s.stats.head_split_reads;
+        if (!sizes.empty()) sizes[i] = size;
         ++ts.stats.hits;
         ts.policy->Touch(key, transition, s.Now());
         s.index.Touch({&key, 1}, static_cast<uint64_t>(s.Now() * 1e6));

@@ -75,7 +75,19 @@ TEST(TieredStore, PutLookupGetRoundTrip) {
   const LookupResult found = store->Lookup(keys);
   EXPECT_EQ(found.prefix_blocks, 3u);
   EXPECT_EQ(found.tier, (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(found.bytes, (std::vector<uint32_t>{kBlockBytes, kBlockBytes, kBlockBytes}));
   EXPECT_EQ(GetChain(*store, 1, 10), 10u);
+  // Get reports the size of each block it read; a short buffer list for sizes is refused.
+  std::vector<std::byte> buffer(kBlockBytes);
+  const std::vector<std::span<std::byte>> outs = {buffer, buffer};
+  std::vector<std::size_t> sizes(2, 0);
+  Result<std::size_t> read = store->Get(std::span(keys).first(2), outs, TransitionType::kSameToolRepeat, sizes);
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(*read, 2u);
+  EXPECT_EQ(sizes, (std::vector<std::size_t>{kBlockBytes, kBlockBytes}));
+  std::vector<std::size_t> too_few(1);
+  EXPECT_EQ(store->Get(std::span(keys).first(2), outs, TransitionType::kSameToolRepeat, too_few).status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(GetChain(*store, 2, 3), 0u);
   // A second Put of the same chain stores nothing new.
   std::vector<std::byte> p0 = Payload(1, 0);
