@@ -137,6 +137,7 @@ struct ChainLookup {
   uint32_t prefix_blocks = 0;
   uint32_t load_blocks = 0;   // worth loading (cost model), <= prefix_blocks
   std::vector<uint8_t> tier;  // per prefix block: its fastest tier
+  std::vector<uint32_t> bytes;  // per prefix block: its size (what a Get destination needs)
 };
 struct LookupReply {
   std::vector<ChainLookup> chains;
@@ -146,6 +147,9 @@ struct PutReply {
 };
 struct GetReply {
   std::vector<uint32_t> sizes;  // of the blocks read, the stored prefix of the keys
+  // The bytes of the blocks read, when the request's destinations were inline (TCP clients);
+  // empty when the server wrote them into the client's shared memory.
+  std::vector<std::vector<std::byte>> inline_blocks;
 };
 struct PinReply {
   uint64_t pin_id = 0;

@@ -280,8 +280,14 @@ Status EncodeFrame(const Message& message, uint64_t request_id, MessageType repl
             for (const ChainLookup& c : m.chains) {
               w.Put(c.prefix_blocks);
               w.Put(c.load_blocks);
+              if (checked.ok() && c.bytes.size() != c.tier.size()) {
+                checked = Status::InvalidArgument("protocol: a Lookup reply needs one size per tier entry");
+              }
               w.Put(static_cast<uint32_t>(c.tier.size()));
-              for (uint8_t t : c.tier) w.Put(t);
+              for (std::size_t i = 0; i < c.tier.size(); ++i) {
+                w.Put(c.tier[i]);
+                w.Put(i < c.bytes.size() ? c.bytes[i] : 0u);
+              }
             }
           },
           [&](const PutReply& m) {
@@ -293,8 +299,13 @@ Status EncodeFrame(const Message& message, uint64_t request_id, MessageType repl
           [&](const GetReply& m) {
             type = MessageType::kGet;
             checked = CheckBatch(m.sizes.size(), limits, "a Get reply");
+            if (checked.ok() && !m.inline_blocks.empty() && m.inline_blocks.size() != m.sizes.size()) {
+              checked = Status::InvalidArgument("protocol: a Get reply carries every block inline or none");
+            }
             w.Put(static_cast<uint32_t>(m.sizes.size()));
             for (uint32_t s : m.sizes) w.Put(s);
+            w.Put(static_cast<uint32_t>(m.inline_blocks.size()));
+            for (const auto& b : m.inline_blocks) w.Bytes(b);
           },
           [&](const PinReply& m) {
             type = MessageType::kPin;
@@ -458,8 +469,13 @@ Result<Message> DecodePayload(const FrameHeader& h, std::span<const std::byte> p
         for (ChainLookup& c : m.chains) {
           c.prefix_blocks = r.Get<uint32_t>("prefix blocks");
           c.load_blocks = r.Get<uint32_t>("load blocks");
-          c.tier.resize(r.Count("tiers", 1));
-          for (uint8_t& t : c.tier) t = r.Get<uint8_t>("tier");
+          const std::size_t n = r.Count("tiers", 5);
+          c.tier.resize(n);
+          c.bytes.resize(n);
+          for (std::size_t i = 0; i < n; ++i) {
+            c.tier[i] = r.Get<uint8_t>("tier");
+            c.bytes[i] = r.Get<uint32_t>("block size");
+          }
         }
         out = std::move(m);
         break;
@@ -476,6 +492,14 @@ Result<Message> DecodePayload(const FrameHeader& h, std::span<const std::byte> p
         GetReply m;
         m.sizes.resize(r.Count("sizes", 4));
         for (uint32_t& s : m.sizes) s = r.Get<uint32_t>("size");
+        m.inline_blocks.resize(r.Count("inline blocks", 4));
+        if (!m.inline_blocks.empty() && m.inline_blocks.size() != m.sizes.size()) {
+          r.Fail("a Get reply carries every block inline or none");
+        }
+        for (std::size_t i = 0; i < m.inline_blocks.size(); ++i) {
+          m.inline_blocks[i] = r.Bytes("inline block");
+          if (m.inline_blocks[i].size() != m.sizes[i]) r.Fail("an inline block's length is not its size");
+        }
         out = std::move(m);
         break;
       }

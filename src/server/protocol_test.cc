@@ -67,10 +67,13 @@ TEST(Protocol, EveryReplyRoundTrips) {
   EXPECT_EQ(e.code, StatusCode::kNotFound);
   EXPECT_EQ(e.message, "no such pin");
   EXPECT_EQ(std::get<HelloReply>(RoundTrip(HelloReply{.tier_count = 3})).tier_count, 3u);
-  const LookupReply lookup{{{.prefix_blocks = 2, .load_blocks = 1, .tier = {0, 3}}}};
+  const LookupReply lookup{{{.prefix_blocks = 2, .load_blocks = 1, .tier = {0, 3}, .bytes = {4096, 8192}}}};
   EXPECT_EQ(std::get<LookupReply>(RoundTrip(lookup)).chains[0].tier, (std::vector<uint8_t>{0, 3}));
   EXPECT_EQ(std::get<PutReply>(RoundTrip(PutReply{5, 1, 2})).refused_blocks, 2u);
-  EXPECT_EQ(std::get<GetReply>(RoundTrip(GetReply{{10, 20}})).sizes, (std::vector<uint32_t>{10, 20}));
+  EXPECT_EQ(std::get<LookupReply>(RoundTrip(lookup)).chains[0].bytes, (std::vector<uint32_t>{4096, 8192}));
+  EXPECT_EQ(std::get<GetReply>(RoundTrip(GetReply{{10, 20}, {}})).sizes, (std::vector<uint32_t>{10, 20}));
+  const GetReply inline_get{{2, 1}, {{std::byte{7}, std::byte{8}}, {std::byte{9}}}};
+  EXPECT_EQ(std::get<GetReply>(RoundTrip(inline_get)).inline_blocks, inline_get.inline_blocks);
   EXPECT_EQ(std::get<PinReply>(RoundTrip(PinReply{9, 4})).pinned_blocks, 4u);
   EXPECT_TRUE(std::holds_alternative<EmptyReply>(RoundTrip(EmptyReply{}, MessageType::kTags)));
   EXPECT_EQ(std::get<StatsReply>(RoundTrip(StatsReply{"{\"a\":1}"})).json, "{\"a\":1}");
