@@ -130,6 +130,9 @@ class PrefixIndex {
   // Records that `tier` does / does not hold the block. NotFound if absent.
   Status SetTier(const BlockKey& key, int tier, bool present);
 
+  // Records the block's type and the transition of its last access. NotFound if absent.
+  Status SetTags(const BlockKey& key, BlockType type, TransitionType transition);
+
   // Removes an unpinned leaf. FailedPrecondition when it has children or pins.
   Status Evict(const BlockKey& key);
 

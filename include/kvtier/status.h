@@ -30,6 +30,7 @@ enum class StatusCode : int {
   kInternal = 8,         // a kvtier bug: please report it
   kFailedPrecondition = 9,  // the operation is valid but not in the current state (pinned, not a leaf)
   kAlreadyExists = 10,   // a key is taken (by different content: a hash collision)
+  kPermissionDenied = 11,// the caller is not allowed (a wrong auth token, an unknown tenant)
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -49,6 +50,7 @@ class [[nodiscard]] Status {
   static Status Internal(std::string message) { return {StatusCode::kInternal, std::move(message)}; }
   static Status FailedPrecondition(std::string message) { return {StatusCode::kFailedPrecondition, std::move(message)}; }
   static Status AlreadyExists(std::string message) { return {StatusCode::kAlreadyExists, std::move(message)}; }
+  static Status PermissionDenied(std::string message) { return {StatusCode::kPermissionDenied, std::move(message)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

@@ -105,6 +105,13 @@ struct BlockPut {
   double recompute_seconds = 0;  // 0: tokens * StoreOptions::recompute_seconds_per_token
 };
 
+// An engine's correction of a stored block's tags (it learns a block's role after putting it).
+struct BlockTags {
+  BlockKey key;
+  BlockType type = BlockType::kUserContext;
+  TransitionType transition = TransitionType::kSameToolRepeat;
+};
+
 struct PutResult {
   std::size_t new_blocks = 0;     // blocks stored by this call
   std::size_t present_blocks = 0; // already stored (touched, not rewritten)
@@ -177,6 +184,10 @@ class TieredStore {
   Result<std::size_t> Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
                           TransitionType transition = TransitionType::kSameToolRepeat,
                           std::span<std::size_t> sizes = {});
+
+  // Sets the tags of the stored blocks among `updates` (others are ignored): the policies then
+  // rank them, and the predictor learns their outcomes, under the new (type, transition) pair.
+  void Retag(std::span<const BlockTags> updates);
 
   // Brings the stored blocks among `keys` into the fastest tier, in the background.
   void Prefetch(std::span<const BlockKey> keys);

@@ -323,6 +323,15 @@ Status PrefixIndex::SetTier(const BlockKey& key, int tier, bool present) {
   return Status::Ok();
 }
 
+Status PrefixIndex::SetTags(const BlockKey& key, BlockType type, TransitionType transition) {
+  std::unique_lock lock(mutex_);  // tags are plain bytes, read under the shared lock
+  auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
+  const std::size_t slot = FindSlot(*slots_, node_key, key);
+  if (slot == slots_->size()) return Status::NotFound("SetTags: block " + key.ToHex() + " is not in the index");
+  arena_->at((*slots_)[slot].node).tags = static_cast<uint8_t>(static_cast<unsigned>(type) | (static_cast<unsigned>(transition) << 2));
+  return Status::Ok();
+}
+
 Status PrefixIndex::Evict(const BlockKey& key) {
   std::unique_lock lock(mutex_);
   auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };

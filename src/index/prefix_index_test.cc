@@ -250,5 +250,20 @@ TEST(PrefixIndex, ConcurrentInsertLookupEvict) {
   EXPECT_GT(lookups.load(), 0u);
 }
 
+TEST(PrefixIndex, SetTagsChangesOnlyTheTags) {
+  PrefixIndex index;
+  const auto keys = Chain(1, 2);
+  ASSERT_TRUE(index.Insert(keys, Metas(2), 10).ok());
+  ASSERT_TRUE(index.SetTags(keys[1], BlockType::kSystemPrompt, TransitionType::kAgentHandoff).ok());
+  const std::optional<BlockInfo> info = index.Find(keys[1]);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->meta.type, BlockType::kSystemPrompt);
+  EXPECT_EQ(info->meta.transition, TransitionType::kAgentHandoff);
+  EXPECT_EQ(info->meta.size_bytes, 4096u);
+  EXPECT_EQ(index.Find(keys[0])->meta.type, BlockType::kUserContext);
+  EXPECT_EQ(index.SetTags(Chain(2, 1)[0], BlockType::kSystemPrompt, TransitionType::kAgentHandoff).code(),
+            StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace kvtier

@@ -373,7 +373,7 @@ Result<Message> DecodePayload(const FrameHeader& h, std::span<const std::byte> p
   if (h.type == MessageType::kError) {
     ErrorReply m;
     const uint8_t code = r.Get<uint8_t>("error code");
-    if (code > static_cast<uint8_t>(StatusCode::kAlreadyExists)) r.Fail("unknown status code " + std::to_string(code));
+    if (code > static_cast<uint8_t>(StatusCode::kPermissionDenied)) r.Fail("unknown status code " + std::to_string(code));
     m.code = static_cast<StatusCode>(code);
     m.message = r.String("error message");
     out = std::move(m);

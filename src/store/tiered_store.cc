@@ -818,6 +818,25 @@ Result<std::size_t> TieredStore::Get(std::span<const BlockKey> keys, std::span<c
   return read;
 }
 
+void TieredStore::Retag(std::span<const BlockTags> updates) {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.mu_);
+  for (const BlockTags& u : updates) {
+    auto it = s.blocks.find(u.key);
+    if (it == s.blocks.end() || !s.index.SetTags(u.key, u.type, u.transition).ok()) continue;
+    const std::optional<BlockInfo> info = s.index.Find(u.key);
+    if (!info) continue;
+    // Policies take a block's tags when it is admitted: re-admit it where it is resident.
+    for (int t = 0; t <= s.last_tier(); ++t) {
+      if ((info->meta.tiers & (1u << t)) == 0) continue;
+      EvictionPolicy& policy = *s.tiers[static_cast<std::size_t>(t)].policy;
+      policy.Remove(u.key, s.Now());
+      policy.Admit(s.Resident(u.key, info->meta, it->second), s.Now());
+    }
+    s.RefreshEvictableLocked(u.key);
+  }
+}
+
 void TieredStore::Prefetch(std::span<const BlockKey> keys) { PromoteOrPrefetch({keys.begin(), keys.end()}, true); }
 
 void TieredStore::PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch) {

@@ -330,5 +330,18 @@ TEST(TieredStore, ConcurrentPutsAndGetsLoseNothing) {
   }
 }
 
+TEST(TieredStore, RetagKeepsBlocksServedAndIgnoresUnknownKeys) {
+  auto store = TwoTierStore(8u << 20, 8u << 20);
+  ASSERT_NE(store, nullptr);
+  PutChain(*store, 1, 2);
+  const std::vector<BlockTags> updates = {{.key = Key(1, 0), .type = BlockType::kSystemPrompt,
+                                           .transition = TransitionType::kToolSwitch},
+                                          {.key = Key(9, 9), .type = BlockType::kSystemPrompt}};  // not stored: ignored
+  store->Retag(updates);
+  const std::vector<BlockKey> keys = {Key(1, 0), Key(1, 1)};
+  EXPECT_EQ(store->Lookup(keys).prefix_blocks, 2u);
+  EXPECT_EQ(GetChain(*store, 1, 2), 2u);
+}
+
 }  // namespace
 }  // namespace kvtier
