@@ -16,6 +16,8 @@
 //    are prefetched into the fastest tier (RoPE-aware window, prefetch_window.h).
 //  - A pinned block is never demoted or dropped; a block acknowledged by Put stays readable
 //    until the policy drops it from every tier.
+//  - With `persistence`, the blocks of one NVMe or parallel-FS tier are journaled, and Open
+//    indexes them again after a restart or a kill -9 (docs/store.md, "Persistence").
 //
 // Data movement runs on the store's mover threads through bounded queues: when they are
 // full, the producer (a Put that needs room, a Get's promotion) waits, which is the
@@ -49,6 +51,29 @@
 #include "kvtier/tier.h"
 
 namespace kvtier {
+
+// Durable blocks (docs/store.md, "Persistence"): the store journals every block it puts into
+// one persistent tier, and Open indexes them again from the journal and that tier.
+struct PersistenceOptions {
+  enum class PersistMode : uint8_t {
+    // Put writes each new block into the persist tier too (besides a faster tier that admits
+    // it) and journals it before it returns: an acknowledged block survives a killed process.
+    kWriteThrough = 0,
+    // Put places blocks as without persistence; only blocks that reach the persist tier
+    // (demoted there, or copied by TieredStore::Flush) survive a restart.
+    kOnFlush = 1,
+  };
+  std::size_t tier = 0;      // Required: index of an NVMe or parallel-filesystem tier
+  std::string journal_path;  // Required: the block journal (created if absent)
+  PersistMode mode = PersistMode::kWriteThrough;  // Default: kWriteThrough
+  // Default: false: the journal is written (write(2)) before a Put returns, which survives a
+  // killed process; true also fdatasyncs it, which survives a power loss (the persist
+  // tier's own durability permitting, e.g. ParallelFsTierOptions::fsync).
+  bool sync = false;
+  // Default: true: Open reads every journaled block back (the tier verifies its checksum)
+  // and drops those that fail; false only checks that the tier holds it at its size.
+  bool verify_checksums = true;
+};
 
 struct StoreOptions {
   PolicyKind policy = PolicyKind::kBayes;  // Default: the paper's Bayesian policy
@@ -90,6 +115,8 @@ struct StoreOptions {
   std::optional<KvBlockLayout> head_layout;
   std::shared_ptr<HeadImportance> head_importance;  // required with head_layout
   double head_demotion_fraction = 0.5;              // Default: half of a block's bytes
+  // Default: none (nothing survives the store). Not with metadata_only or head_layout.
+  std::optional<PersistenceOptions> persistence;
 
   Status Validate() const;
 };
@@ -155,13 +182,22 @@ struct StoreStats {
   uint64_t queued_moves = 0;    // now
   uint64_t pinned_blocks = 0;   // now
   uint64_t index_blocks = 0;
+  // Persistence: blocks Open indexed again from the journal; journaled blocks it dropped
+  // (absent from the persist tier, failing their checksum, or under a dropped parent);
+  // records in the journal now; bytes of a torn or corrupt journal tail Open ignored.
+  uint64_t recovered_blocks = 0;
+  uint64_t recovery_dropped_blocks = 0;
+  uint64_t journal_records = 0;
+  uint64_t journal_ignored_bytes = 0;
 };
 
 class StorePin;
 
 class TieredStore {
  public:
-  // The tiers, fastest first; the store owns them.
+  // The tiers, fastest first; the store owns them. With `persistence`, the blocks its
+  // journal lists are indexed again (as held by the persist tier) and the journal is
+  // compacted: Corruption naming the file when it is not a block journal.
   static Result<std::unique_ptr<TieredStore>> Open(std::vector<std::unique_ptr<Tier>> tiers, StoreOptions options);
   ~TieredStore();  // finishes the moves in flight
   TieredStore(const TieredStore&) = delete;
@@ -171,7 +207,10 @@ class TieredStore {
   // stored) or none. Blocks already stored are touched, not rewritten. A block no tier
   // admits is refused: it and the blocks after it are not stored (a prefix cache cannot use
   // a block after a gap). Errors: InvalidArgument for a malformed request; NotFound for an
-  // unknown parent; the first tier error when a block could be written nowhere.
+  // unknown parent; the first tier error when a block could be written nowhere. With
+  // write-through persistence a block is acknowledged once it and its journal record are
+  // written; a persist tier without room refuses it, and an I/O error of that tier or the
+  // journal fails the Put (the chain's blocks before it stay stored and durable).
   Result<PutResult> Put(std::span<const BlockPut> blocks, const std::optional<BlockKey>& parent = std::nullopt);
 
   // The stored prefix of `keys` and where each of its blocks is. Read-only, no I/O.
@@ -197,6 +236,12 @@ class TieredStore {
 
   // Runs every queued move to completion (tests, shutdown, replay checkpoints).
   void Drain();
+
+  // Persistence: copies every stored block the persist tier lacks into it, journals it, and
+  // syncs the journal (in kWriteThrough mode only the sync is left to do). The daemon calls
+  // it on SIGTERM. Errors: the first failure (the other blocks are still copied);
+  // FailedPrecondition without persistence.
+  Status Flush();
 
   StoreStats GetStats() const;
   // The predictor's posteriors and calibration (reuse_predictor.h ToJson).

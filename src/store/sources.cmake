@@ -2,3 +2,4 @@
 include(store/store_core_sources.cmake OPTIONAL)
 include(store/head_sources.cmake OPTIONAL)
 include(store/cost_sources.cmake OPTIONAL)
+include(store/persist_sources.cmake OPTIONAL)

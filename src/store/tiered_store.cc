@@ -1,7 +1,8 @@
 // The tiered store (store.h). Structure: the prefix index (prefix_index.h) holds the tree of
 // blocks, their sizes, tags and tier masks; `blocks_` beside it holds what only the store
 // needs (pins, moves in flight, prefetch marks, recompute cost). Both change only under
-// `mu_`, so they always agree; the index's own lock is then uncontended.
+// `mu_`, so they always agree; the index's own lock is then uncontended. With persistence,
+// the block journal (block_journal.h) has its own lock and is never called under `mu_`.
 #include "kvtier/store.h"
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <unordered_map>
 
 #include "kvtier/prefix_index.h"
+#include "store/block_journal.h"
 #include "util/task_pool.h"
 
 namespace kvtier {
@@ -20,6 +22,9 @@ namespace {
 
 constexpr std::size_t kDemotionBatch = 16;  // victims moved per batch
 constexpr int kReadAttempts = 4;            // a read racing a move retries at the new place
+// Recovery verifies journaled blocks this many (or this many bytes) per ReadBatch.
+constexpr std::size_t kRecoveryBatch = 64;
+constexpr std::size_t kRecoveryBatchBytes = 64u << 20;
 
 }  // namespace
 
@@ -42,6 +47,12 @@ Status StoreOptions::Validate() const {
     if (!(head_demotion_fraction > 0 && head_demotion_fraction < 1)) {
       return Status::InvalidArgument("store: head_demotion_fraction must be in (0, 1)");
     }
+  }
+  if (persistence) {
+    if (persistence->journal_path.empty()) return Status::InvalidArgument("store: persistence needs a journal_path");
+    if (metadata_only) return Status::InvalidArgument("store: persistence needs payloads, not metadata_only");
+    // A split block's parts live under derived keys the journal does not list.
+    if (head_layout) return Status::InvalidArgument("store: persistence does not support head_layout yet");
   }
   KVTIER_RETURN_IF_ERROR(policy_options.Validate());
   return predictor.Validate();
@@ -88,6 +99,11 @@ struct TieredStore::Impl {
   StoreStats stats;                                        // GUARDED_BY(mu_): the store-wide counters
   std::unique_ptr<PrefetchWindow> prefetch_window;         // thread-safe itself
 
+  // Persistence: the persist tier's index (-1 without) and the journal (thread-safe itself,
+  // called with `mu_` released). Both set in Open.
+  int persist_tier = -1;
+  std::unique_ptr<BlockJournal> journal;
+
   std::unique_ptr<TaskPool> movers;
   std::mutex flight_mu_;
   std::condition_variable flight_cv_;
@@ -95,6 +111,15 @@ struct TieredStore::Impl {
 
   double Now() const { return clock(); }
   int last_tier() const { return static_cast<int>(tiers.size()) - 1; }
+  bool write_through() const {
+    return journal != nullptr && options.persistence->mode == PersistenceOptions::PersistMode::kWriteThrough;
+  }
+
+  double RecomputeSeconds(double given, uint32_t tokens, uint64_t tokens_before) const {
+    if (given > 0) return given;
+    if (options.cost_model) return options.cost_model->RecomputeSeconds(tokens, tokens_before);
+    return tokens * options.recompute_seconds_per_token;
+  }
 
   static int FastestTier(TierMask mask) { return mask == 0 ? -1 : std::countr_zero(static_cast<unsigned>(mask)); }
 
@@ -233,6 +258,7 @@ struct TieredStore::Impl {
   // --- I/O, or its accounting in a metadata-only store ---------------------------------
   Status WriteTo(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes) {
     TierState& ts = tiers[static_cast<std::size_t>(t)];
+    if (t == persist_tier) KVTIER_RETURN_IF_ERROR(JournalPuts({&key, 1}));
     if (!options.metadata_only) return ts.tier->Write(key, payload);
     std::lock_guard lock(mu_);
     if (ts.capacity > 0 && ts.used + bytes > ts.capacity) return Status::ResourceExhausted(ts.stats.name + " is full");
@@ -248,6 +274,181 @@ struct TieredStore::Impl {
   }
   void EvictFrom(int t, const BlockKey& key) {
     if (!options.metadata_only) (void)tiers[static_cast<std::size_t>(t)].tier->Evict(key);
+    // After the eviction: a crash between the two leaves a put record whose block recovery
+    // does not find (dropped then), never a block in the tier that no record lists.
+    if (t == persist_tier) {
+      const JournalRecord drop{.kind = JournalRecord::Kind::kDrop, .key = key};
+      (void)journal->Append({&drop, 1}, /*durable=*/false);  // at worst recovery finds the block gone
+    }
+  }
+
+  // --- Persistence ---------------------------------------------------------------------
+  // Journals blocks about to be written into the persist tier, before the write: a crash
+  // between the two leaves a record whose block recovery does not find (and drops), never a
+  // block in the tier that no record lists. NotFound when a block left the store meanwhile.
+  Status JournalPuts(std::span<const BlockKey> keys) {
+    std::vector<JournalRecord> records;
+    {
+      std::lock_guard lock(mu_);
+      for (const BlockKey& key : keys) {
+        const std::optional<BlockInfo> info = index.Find(key);
+        auto it = blocks.find(key);
+        if (!info || it == blocks.end()) return Status::NotFound("store: block " + key.ToHex() + " left the store");
+        records.push_back({.kind = JournalRecord::Kind::kPut,
+                           .key = key,
+                           .parent = info->parent,
+                           .tokens = it->second.tokens,
+                           .bytes = info->meta.size_bytes,
+                           .type = info->meta.type,
+                           .transition = info->meta.transition,
+                           .recompute_seconds = it->second.recompute_s});
+      }
+    }
+    return journal->Append(records, /*durable=*/true);
+  }
+
+  // Writes a new block into the persist tier (journaled by WriteTo), making room there the
+  // way Place does. The persist tier's policy is not asked to admit it: it only picks victims.
+  Status Persist(const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes) {
+    Status s = WriteTo(persist_tier, key, payload, bytes);
+    if (s.code() == StatusCode::kResourceExhausted && tiers[static_cast<std::size_t>(persist_tier)].capacity > 0) {
+      Rebalance(persist_tier, bytes);
+      s = WriteTo(persist_tier, key, payload, bytes);
+    }
+    return s;
+  }
+
+  // Flush: copies one stored block into the persist tier unless it is there already.
+  // `buffer` is reused between calls.
+  Status CopyToPersistTier(const BlockKey& key, std::vector<std::byte>& buffer) {
+    int from = -1;
+    BlockMeta meta;
+    {
+      std::lock_guard lock(mu_);
+      const std::optional<BlockInfo> info = index.Find(key);
+      auto it = blocks.find(key);
+      if (!info || it == blocks.end() || info->meta.tiers == 0 || (info->meta.tiers & (1u << persist_tier))) {
+        return Status::Ok();  // dropped meanwhile, or persisted already
+      }
+      if (it->second.moving) return Status::Unavailable("store: block " + key.ToHex() + " was moving; Flush again");
+      from = FastestTier(info->meta.tiers);
+      meta = info->meta;
+      it->second.moving = true;  // stays where it is until it is copied
+      RefreshEvictableLocked(key);
+    }
+    buffer.resize(meta.size_bytes);
+    Status s = ReadFrom(from, key, buffer);
+    if (s.ok()) s = Persist(key, buffer, meta.size_bytes);
+    std::lock_guard lock(mu_);
+    auto it = blocks.find(key);
+    if (it == blocks.end()) return s;
+    it->second.moving = false;
+    if (s.ok()) AddToTierLocked(key, persist_tier, meta, it->second);
+    RefreshEvictableLocked(key);
+    return s.WithContext("store: flushing block " + key.ToHex());
+  }
+
+  // Open: indexes the blocks the journal lists that the persist tier still holds intact,
+  // parents first, then compacts the journal to them.
+  Status Recover() {
+    const PersistenceOptions& po = *options.persistence;
+    Tier& tier = *tiers[static_cast<std::size_t>(persist_tier)].tier;
+    std::vector<JournalRecord> live;  // the last record of each key, when it is a put
+    uint64_t ignored_bytes = 0;
+    if (Result<BlockJournal::Contents> read = BlockJournal::Read(po.journal_path); read.ok()) {
+      ignored_bytes = read->ignored_bytes;
+      std::unordered_map<BlockKey, std::size_t, BlockKeyHash> last;
+      for (std::size_t i = 0; i < read->records.size(); ++i) last[read->records[i].key] = i;
+      for (std::size_t i = 0; i < read->records.size(); ++i) {
+        const JournalRecord& r = read->records[i];
+        if (last[r.key] == i && r.kind == JournalRecord::Kind::kPut) live.push_back(r);
+      }
+    } else if (read.status().code() != StatusCode::kNotFound) {
+      return read.status().WithContext("store: persistence");
+    }
+    // Parents first: walk up from each block to the first one already ordered. A parent
+    // the journal does not list (or a cycle, which only a forged journal holds) fails below.
+    std::unordered_map<BlockKey, std::size_t, BlockKeyHash> by_key;
+    for (std::size_t i = 0; i < live.size(); ++i) by_key[live[i].key] = i;
+    std::vector<std::size_t> order;
+    std::vector<bool> visited(live.size());
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      std::vector<std::size_t> up;
+      for (std::size_t j = i; !visited[j];) {
+        visited[j] = true;
+        up.push_back(j);
+        auto parent = live[j].parent ? by_key.find(*live[j].parent) : by_key.end();
+        if (parent == by_key.end()) break;
+        j = parent->second;
+      }
+      order.insert(order.end(), up.rbegin(), up.rend());
+    }
+    // Present at the journaled size and, with verify_checksums, read back intact.
+    std::vector<bool> intact(live.size());
+    for (std::size_t i : order) intact[i] = tier.Size(live[i].key) == live[i].bytes;
+    if (po.verify_checksums) {
+      std::vector<std::byte> buffer;
+      std::vector<Tier::ReadOp> ops;
+      std::vector<std::size_t> batch;
+      auto verify = [&] {
+        std::size_t at = 0;
+        for (std::size_t k = 0; k < batch.size(); ++k) {
+          ops.push_back({live[batch[k]].key, std::span(buffer).subspan(at, live[batch[k]].bytes)});
+          at += live[batch[k]].bytes;
+        }
+        const std::vector<Result<std::size_t>> got = tier.ReadBatch(ops);
+        for (std::size_t k = 0; k < batch.size(); ++k) intact[batch[k]] = got[k].ok() && *got[k] == ops[k].out.size();
+        ops.clear();
+        batch.clear();
+      };
+      std::size_t batch_bytes = 0;
+      for (std::size_t i : order) {
+        if (!intact[i]) continue;
+        if (!batch.empty() && (batch.size() == kRecoveryBatch || batch_bytes + live[i].bytes > kRecoveryBatchBytes)) {
+          verify();
+          batch_bytes = 0;
+        }
+        batch.push_back(i);
+        batch_bytes += live[i].bytes;
+        if (buffer.size() < batch_bytes) buffer.resize(batch_bytes);
+      }
+      if (!batch.empty()) verify();
+    }
+    std::vector<JournalRecord> recovered;
+    {
+      std::lock_guard lock(mu_);
+      for (std::size_t i : order) {
+        const JournalRecord& r = live[i];
+        if (!intact[i] || (r.parent && !blocks.contains(*r.parent))) {
+          intact[i] = false;
+          continue;
+        }
+        const BlockMeta meta{.size_bytes = r.bytes, .type = r.type, .transition = r.transition};
+        uint64_t tokens_before = 0;
+        if (r.parent) tokens_before = blocks[*r.parent].tokens_before + blocks[*r.parent].tokens;
+        if (!index.Insert({&r.key, 1}, {&meta, 1}, static_cast<uint64_t>(Now() * 1e6), r.parent).ok()) {
+          intact[i] = false;  // listed twice under different parents: only a forged journal does that
+          continue;
+        }
+        const Block b{.tokens = r.tokens,
+                      .tokens_before = tokens_before,
+                      .recompute_s = RecomputeSeconds(r.recompute_seconds, r.tokens, tokens_before)};
+        blocks[r.key] = b;
+        AddToTierLocked(r.key, persist_tier, meta, b);
+        if (r.parent) RefreshEvictableLocked(*r.parent);
+        RefreshEvictableLocked(r.key);
+        recovered.push_back(r);
+      }
+      stats.journal_ignored_bytes = ignored_bytes;
+      stats.recovered_blocks = recovered.size();
+      stats.recovery_dropped_blocks = live.size() - recovered.size();
+    }
+    // What was not recovered leaves the tier too (a block whose parent was dropped is of no use).
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      if (!intact[i]) (void)tier.Evict(live[i].key);
+    }
+    KVTIER_ASSIGN_OR_RETURN(journal, BlockJournal::Create(po.journal_path, recovered, po.sync));
+    return Status::Ok();
   }
 
   // Moves victims out of tier `t` until it is under its low watermark and `need` more bytes
@@ -360,7 +561,18 @@ struct TieredStore::Impl {
           write_index.push_back(i);
         }
         if (!writes.empty()) {
-          std::vector<Status> written = tiers[static_cast<std::size_t>(t + 1)].tier->WriteBatch(writes);
+          std::vector<Status> written;
+          Status journaled = Status::Ok();
+          if (t + 1 == persist_tier) {
+            std::vector<BlockKey> keys;
+            for (const Tier::WriteOp& w : writes) keys.push_back(w.key);
+            journaled = JournalPuts(keys);
+          }
+          if (journaled.ok()) {
+            written = tiers[static_cast<std::size_t>(t + 1)].tier->WriteBatch(writes);
+          } else {
+            written.assign(writes.size(), journaled);
+          }
           for (std::size_t k = 0; k < written.size(); ++k) {
             if (written[k].code() == StatusCode::kResourceExhausted) {
               Rebalance(t + 1, writes[k].payload.size());  // make room below, then once more
@@ -546,6 +758,18 @@ Result<std::unique_ptr<TieredStore>> TieredStore::Open(std::vector<std::unique_p
                                    " entries for " + std::to_string(tiers.size()) + " tiers");
   }
   KVTIER_ASSIGN_OR_RETURN(impl->prefetch_window, PrefetchWindow::Create(options.prefetch_window));
+  if (options.persistence) {
+    const std::size_t t = options.persistence->tier;
+    if (t >= tiers.size()) {
+      return Status::InvalidArgument("store: persistence.tier is " + std::to_string(t) + " but the store has " +
+                                     std::to_string(tiers.size()) + " tiers");
+    }
+    if (tiers[t]->kind() != TierKind::kNvme && tiers[t]->kind() != TierKind::kParallelFs) {
+      return Status::InvalidArgument("store: persistence.tier " + std::to_string(t) + " ('" + tiers[t]->name() +
+                                     "') is a " + std::string(TierKindName(tiers[t]->kind())) +
+                                     " tier, whose blocks do not survive a restart; use an nvme or parallel_fs tier");
+    }
+  }
   const PolicyOptions defaults;
   for (std::size_t t = 0; t < tiers.size(); ++t) {
     PolicyOptions po = options.policy_options;
@@ -564,8 +788,15 @@ Result<std::unique_ptr<TieredStore>> TieredStore::Open(std::vector<std::unique_p
     ts.policy = std::move(policy);
     impl->tiers.push_back(std::move(ts));
   }
-  if (!options.synchronous_moves) impl->movers = std::make_unique<TaskPool>(options.mover_threads, options.max_queued_moves);
   impl->options = std::move(options);
+  if (impl->options.persistence) {
+    impl->persist_tier = static_cast<int>(impl->options.persistence->tier);
+    KVTIER_RETURN_IF_ERROR(impl->Recover());
+  }
+  if (!impl->options.synchronous_moves) {
+    impl->movers = std::make_unique<TaskPool>(impl->options.mover_threads, impl->options.max_queued_moves);
+  }
+  impl->KickRebalances();  // recovered blocks may fill the persist tier past its watermark
   return std::unique_ptr<TieredStore>(new TieredStore(std::move(impl)));
 }
 
@@ -629,11 +860,11 @@ Result<PutResult> TieredStore::Put(std::span<const BlockPut> blocks, const std::
     const BlockPut& p = blocks[i];
     const uint32_t bytes = p.bytes != 0 ? p.bytes : static_cast<uint32_t>(p.payload.size());
     BlockMeta meta{.size_bytes = bytes, .type = p.type, .transition = p.transition};
-    Impl::Block b{.tokens = p.tokens, .tokens_before = tokens_before};
-    b.recompute_s = p.recompute_seconds > 0 ? p.recompute_seconds
-                    : s.options.cost_model ? s.options.cost_model->RecomputeSeconds(p.tokens, tokens_before)
-                                           : p.tokens * s.options.recompute_seconds_per_token;
+    const Impl::Block b{.tokens = p.tokens,
+                        .tokens_before = tokens_before,
+                        .recompute_s = s.RecomputeSeconds(p.recompute_seconds, p.tokens, tokens_before)};
     tokens_before += p.tokens;
+    bool repersist = false;  // stored, but the persist tier let it go: write-through writes it again
     {
       std::lock_guard lock(s.mu_);
       ++s.stats.put_blocks;
@@ -648,11 +879,18 @@ Result<PutResult> TieredStore::Put(std::span<const BlockPut> blocks, const std::
         if (auto it = s.blocks.find(p.key); it != s.blocks.end()) {
           ++it->second.pins;
           putting.keys.push_back(p.key);
+          // A block a mover holds is left to it.
+          repersist = s.write_through() && !(info->meta.tiers & (1u << s.persist_tier)) && !it->second.moving &&
+                      info->meta.size_bytes == bytes;
+          it->second.moving = repersist;
           s.RefreshEvictableLocked(p.key);
         }
-        ++result.present_blocks;
-        previous = p.key;
-        continue;
+        meta = info->meta;
+        if (!repersist) {
+          ++result.present_blocks;
+          previous = p.key;
+          continue;
+        }
       }
       if (!info) {
         Result<std::size_t> inserted = s.index.Insert({&p.key, 1}, {&meta, 1}, static_cast<uint64_t>(s.Now() * 1e6), previous);
@@ -661,10 +899,44 @@ Result<PutResult> TieredStore::Put(std::span<const BlockPut> blocks, const std::
         if (previous) s.RefreshEvictableLocked(*previous);  // it has a child now
       }
     }
-    Result<int> placed = s.Place(p.key, meta, b, p.payload, s.last_tier() + 1);
+    if (repersist) {
+      const Status persisted = s.Persist(p.key, p.payload, bytes);
+      std::lock_guard lock(s.mu_);
+      if (auto it = s.blocks.find(p.key); it != s.blocks.end()) {
+        it->second.moving = false;
+        if (persisted.ok()) s.AddToTierLocked(p.key, s.persist_tier, meta, it->second);
+        s.RefreshEvictableLocked(p.key);
+      }
+      if (!persisted.ok()) {
+        if (persisted.code() != StatusCode::kResourceExhausted) {
+          return persisted.WithContext("store: persisting block " + std::to_string(i));
+        }
+        ++s.tiers[static_cast<std::size_t>(s.persist_tier)].stats.refused;
+        result.refused_blocks += blocks.size() - i;
+        break;
+      }
+      ++result.present_blocks;
+      previous = p.key;
+      continue;
+    }
+    // Write-through: the persist tier's copy (with its journal record) first, then a copy in
+    // a faster tier that admits it; the block is stored once the persist tier holds it.
+    Result<int> placed = -1;
+    Status persisted = Status::Ok();
+    if (s.write_through()) {
+      persisted = s.Persist(p.key, p.payload, bytes);
+      if (persisted.ok()) placed = s.Place(p.key, meta, b, p.payload, s.persist_tier);
+    } else {
+      placed = s.Place(p.key, meta, b, p.payload, s.last_tier() + 1);
+    }
     std::lock_guard lock(s.mu_);
-    if (!placed.ok() || *placed < 0) {
+    const bool stored = s.write_through() ? persisted.ok() : placed.ok() && *placed >= 0;
+    if (!stored) {
       s.ForgetLocked(p.key);
+      if (!persisted.ok() && persisted.code() != StatusCode::kResourceExhausted) {
+        return persisted.WithContext("store: persisting block " + std::to_string(i));
+      }
+      if (!persisted.ok()) ++s.tiers[static_cast<std::size_t>(s.persist_tier)].stats.refused;
       result.refused_blocks += blocks.size() - i;
       if (!placed.ok() && result.new_blocks + result.present_blocks == 0) return placed.status();
       break;
@@ -672,7 +944,8 @@ Result<PutResult> TieredStore::Put(std::span<const BlockPut> blocks, const std::
     auto it = s.blocks.find(p.key);
     ++it->second.pins;
     putting.keys.push_back(p.key);
-    s.AddToTierLocked(p.key, *placed, meta, it->second);
+    if (s.write_through()) s.AddToTierLocked(p.key, s.persist_tier, meta, it->second);
+    if (placed.ok() && *placed >= 0) s.AddToTierLocked(p.key, *placed, meta, it->second);
     s.RefreshEvictableLocked(p.key);
     ++result.new_blocks;
     previous = p.key;
@@ -914,10 +1187,41 @@ void TieredStore::Unpin(std::span<const BlockKey> keys) {
   s.KickRebalances();  // pinned blocks may have held a tier over its watermark
 }
 
+Status TieredStore::Flush() {
+  Impl& s = *impl_;
+  if (!s.journal) return Status::FailedPrecondition("store: Flush needs StoreOptions::persistence");
+  Status first = Status::Ok();
+  if (!s.write_through()) {
+    Drain();  // blocks a mover holds are skipped below
+    const TierMask persisted = static_cast<TierMask>(1u << s.persist_tier);
+    std::vector<BlockKey> keys;
+    {
+      std::lock_guard lock(s.mu_);
+      s.index.ForEachBlock([&](const BlockInfo& info) {
+        if (info.meta.tiers != 0 && !(info.meta.tiers & persisted)) keys.push_back(info.key);
+      });
+    }
+    std::vector<std::byte> buffer;
+    uint64_t failed = 0;
+    for (const BlockKey& key : keys) {
+      Status copied = s.CopyToPersistTier(key, buffer);
+      if (copied.ok()) continue;
+      if (first.ok()) first = copied;
+      ++failed;
+    }
+    s.KickRebalances();
+    if (!first.ok()) first = first.WithContext("store: Flush left " + std::to_string(failed) + " blocks unpersisted");
+  }
+  const Status synced = s.journal->Sync();
+  return first.ok() ? synced : first;
+}
+
 StoreStats TieredStore::GetStats() const {
   Impl& s = *impl_;
+  const uint64_t journal_records = s.journal ? s.journal->records() : 0;
   std::lock_guard lock(s.mu_);
   StoreStats out = s.stats;
+  out.journal_records = journal_records;
   for (const Impl::TierState& ts : s.tiers) {
     StoreTierStats t = ts.stats;
     t.capacity_bytes = ts.capacity;

@@ -1,0 +1,174 @@
+#include "store/block_journal.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <filesystem>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dedup/checkpoint_format.h"
+
+namespace kvtier {
+namespace {
+
+using checkpoint_format::LoadU32;
+using checkpoint_format::LoadU64;
+
+constexpr std::array<std::byte, 8> kMagic = {std::byte{'K'}, std::byte{'V'}, std::byte{'T'}, std::byte{'I'},
+                                             std::byte{'E'}, std::byte{'R'}, std::byte{'J'}, std::byte{'L'}};
+constexpr uint8_t kHasParent = 0x01;
+
+void StoreLe(std::byte* out, uint64_t value, std::size_t width) {
+  for (std::size_t i = 0; i < width; ++i) out[i] = static_cast<std::byte>(value >> (8 * i));
+}
+
+void Encode(const JournalRecord& r, std::byte* out) {
+  std::byte* body = out + 12;
+  body[0] = std::byte{static_cast<uint8_t>(r.kind)};
+  body[1] = std::byte{r.parent ? kHasParent : uint8_t{0}};
+  body[2] = std::byte{static_cast<uint8_t>(r.type)};
+  body[3] = std::byte{static_cast<uint8_t>(r.transition)};
+  StoreLe(body + 4, r.tokens, 4);
+  StoreLe(body + 8, r.bytes, 4);
+  StoreLe(body + 12, r.key.hi, 8);
+  StoreLe(body + 20, r.key.lo, 8);
+  StoreLe(body + 28, r.parent ? r.parent->hi : 0, 8);
+  StoreLe(body + 36, r.parent ? r.parent->lo : 0, 8);
+  StoreLe(body + 44, std::bit_cast<uint64_t>(r.recompute_seconds), 8);
+  StoreLe(out, BlockJournal::kRecordBodyBytes, 4);
+  StoreLe(out + 4, PayloadChecksum({body, BlockJournal::kRecordBodyBytes}), 8);
+}
+
+// nullopt for a record that is torn, fails its checksum, or holds values no writer writes.
+std::optional<JournalRecord> Decode(std::span<const std::byte> in) {
+  if (in.size() < BlockJournal::kRecordBytes || LoadU32(in) != BlockJournal::kRecordBodyBytes) return std::nullopt;
+  const std::span<const std::byte> body = in.subspan(12, BlockJournal::kRecordBodyBytes);
+  if (LoadU64(in.subspan(4)) != PayloadChecksum(body)) return std::nullopt;
+  const auto kind = std::to_integer<uint8_t>(body[0]);
+  const auto flags = std::to_integer<uint8_t>(body[1]);
+  const auto type = std::to_integer<uint8_t>(body[2]);
+  const auto transition = std::to_integer<uint8_t>(body[3]);
+  if (kind < 1 || kind > 2 || (flags & ~kHasParent) != 0 || type > 3 || transition > 3) return std::nullopt;
+  JournalRecord r{.kind = static_cast<JournalRecord::Kind>(kind),
+                  .key = {LoadU64(body.subspan(12)), LoadU64(body.subspan(20))},
+                  .tokens = LoadU32(body.subspan(4)),
+                  .bytes = LoadU32(body.subspan(8)),
+                  .type = static_cast<BlockType>(type),
+                  .transition = static_cast<TransitionType>(transition),
+                  .recompute_seconds = std::bit_cast<double>(LoadU64(body.subspan(44)))};
+  if (flags & kHasParent) r.parent = BlockKey{LoadU64(body.subspan(28)), LoadU64(body.subspan(36))};
+  return r;
+}
+
+Status PwriteAll(int fd, const std::string& path, std::span<const std::byte> bytes, uint64_t offset) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(path, "write", errno);
+    bytes = bytes.subspan(static_cast<std::size_t>(n));
+    offset += static_cast<uint64_t>(n);
+  }
+  return Status::Ok();
+}
+
+std::vector<std::byte> EncodeAll(std::span<const JournalRecord> records) {
+  std::vector<std::byte> bytes(records.size() * BlockJournal::kRecordBytes);
+  for (std::size_t i = 0; i < records.size(); ++i) Encode(records[i], bytes.data() + i * BlockJournal::kRecordBytes);
+  return bytes;
+}
+
+}  // namespace
+
+Result<BlockJournal::Contents> BlockJournal::Read(const std::string& path) {
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(path, "open", errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(path, "stat", errno);
+  std::vector<std::byte> file(static_cast<std::size_t>(st.st_size));
+  std::size_t got = 0;
+  while (got < file.size()) {
+    const ssize_t n = ::pread(fd.get(), file.data() + got, file.size() - got, static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(path, "read", errno);
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  file.resize(got);
+  if (file.size() < kHeaderBytes || !std::equal(kMagic.begin(), kMagic.end(), file.begin())) {
+    return Status::Corruption(path +
+                              ": not a kvtier block journal (bad magic); move it away or set another journal_path");
+  }
+  if (const uint32_t version = LoadU32(std::span(file).subspan(8)); version != kVersion) {
+    return Status::Corruption(path + ": block journal version " + std::to_string(version) + ", this build reads " +
+                              std::to_string(kVersion));
+  }
+  Contents contents;
+  std::size_t at = kHeaderBytes;
+  while (at < file.size()) {
+    std::optional<JournalRecord> r = Decode(std::span(file).subspan(at));
+    if (!r) break;
+    contents.records.push_back(*r);
+    at += kRecordBytes;
+  }
+  contents.ignored_bytes = file.size() - at;
+  return contents;
+}
+
+Result<std::unique_ptr<BlockJournal>> BlockJournal::Create(const std::string& path,
+                                                           std::span<const JournalRecord> records, bool sync) {
+  const std::string temp = path + ".tmp";
+  ScopedFd fd(::open(temp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) return ErrnoStatus(temp, "open", errno);
+  std::vector<std::byte> bytes(kHeaderBytes);
+  std::copy(kMagic.begin(), kMagic.end(), bytes.begin());
+  StoreLe(bytes.data() + 8, kVersion, 4);
+  const std::vector<std::byte> body = EncodeAll(records);
+  bytes.insert(bytes.end(), body.begin(), body.end());
+  KVTIER_RETURN_IF_ERROR(PwriteAll(fd.get(), temp, bytes, 0));
+  if (::fsync(fd.get()) != 0) return ErrnoStatus(temp, "fsync", errno);
+  if (::rename(temp.c_str(), path.c_str()) != 0) return ErrnoStatus(path, "rename", errno);
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  KVTIER_RETURN_IF_ERROR(SyncDirectory(parent.empty() ? "." : parent.string()));
+  // The descriptor still names the file, now at `path`: appends go on through it.
+  return std::unique_ptr<BlockJournal>(new BlockJournal(path, std::move(fd), bytes.size(), records.size(), sync));
+}
+
+BlockJournal::BlockJournal(std::string path, ScopedFd fd, uint64_t end, uint64_t records, bool sync)
+    : path_(std::move(path)), fd_(std::move(fd)), sync_(sync), end_(end), records_(records) {}
+
+Status BlockJournal::Append(std::span<const JournalRecord> records, bool durable) {
+  const std::vector<std::byte> bytes = EncodeAll(records);
+  {
+    std::lock_guard lock(mu_);
+    KVTIER_RETURN_IF_ERROR(broken_);
+    const Status written = PwriteAll(fd_.get(), path_, bytes, end_);
+    if (!written.ok()) {
+      // A partial record left here would hide every later one from Read: cut it off.
+      if (::ftruncate(fd_.get(), static_cast<off_t>(end_)) != 0) {
+        broken_ = ErrnoStatus(path_, "truncate after a failed append", errno);
+      }
+      return written;
+    }
+    end_ += bytes.size();
+    records_ += records.size();
+  }
+  // Outside the lock: concurrent appenders share one flush instead of queueing behind it.
+  if (sync_ && durable) return Sync();
+  return Status::Ok();
+}
+
+Status BlockJournal::Sync() {
+  if (::fdatasync(fd_.get()) != 0) return ErrnoStatus(path_, "fdatasync", errno);
+  return Status::Ok();
+}
+
+uint64_t BlockJournal::records() const {
+  std::lock_guard lock(mu_);
+  return records_;
+}
+
+}  // namespace kvtier
