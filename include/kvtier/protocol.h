@@ -18,6 +18,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -54,6 +55,8 @@ enum class MessageType : uint16_t {
   kStats = 10,
 };
 inline constexpr uint16_t kReplyBit = 0x8000;
+// "error", "hello", "lookup", ... "stats" (logs and the metrics' op label); "unknown" otherwise.
+std::string_view MessageTypeName(MessageType type);
 
 struct FrameHeader {
   MessageType type = MessageType::kError;

@@ -153,6 +153,23 @@ Status CheckString(const std::string& s, const Limits& limits, const char* what)
 
 }  // namespace
 
+std::string_view MessageTypeName(MessageType type) {
+  switch (type) {
+    case MessageType::kError: return "error";
+    case MessageType::kHello: return "hello";
+    case MessageType::kLookup: return "lookup";
+    case MessageType::kPut: return "put";
+    case MessageType::kGet: return "get";
+    case MessageType::kPrefetch: return "prefetch";
+    case MessageType::kPin: return "pin";
+    case MessageType::kUnpin: return "unpin";
+    case MessageType::kTags: return "tags";
+    case MessageType::kImportance: return "importance";
+    case MessageType::kStats: return "stats";
+  }
+  return "unknown";
+}
+
 Status Limits::Validate() const {
   if (max_payload_bytes < 64) return Status::InvalidArgument("protocol limits: max_payload_bytes below 64");
   if (max_batch == 0) return Status::InvalidArgument("protocol limits: max_batch must be > 0");

@@ -1,3 +1,11 @@
 # The service's wire protocol (protocol.h) and, later, the server itself.
 kvtier_add_sources(server/protocol.cc)
 kvtier_add_tests(server/protocol_test.cc)
+
+# Metrics of `kvtier serve`: service counters, the Prometheus rendering and the HTTP endpoint.
+kvtier_add_sources(server/service_metrics.cc server/metrics_http.cc)
+kvtier_add_tests(server/service_metrics_test.cc server/metrics_http_test.cc)
+if(KVTIER_BUILD_TESTS)
+  # The test's HTTP client: httplib's classes change with its defines, so take them from it.
+  target_link_libraries(kvtier_unit_tests PRIVATE PkgConfig::HTTPLIB)
+endif()
