@@ -51,6 +51,11 @@ class [[nodiscard]] Status {
   static Status FailedPrecondition(std::string message) { return {StatusCode::kFailedPrecondition, std::move(message)}; }
   static Status AlreadyExists(std::string message) { return {StatusCode::kAlreadyExists, std::move(message)}; }
   static Status PermissionDenied(std::string message) { return {StatusCode::kPermissionDenied, std::move(message)}; }
+  // A status with a code received from elsewhere (a server's error reply); an OK code with a
+  // message is not an error, so it becomes Internal.
+  static Status FromCode(StatusCode code, std::string message) {
+    return {code == StatusCode::kOk && !message.empty() ? StatusCode::kInternal : code, std::move(message)};
+  }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

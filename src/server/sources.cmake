@@ -1,4 +1,4 @@
-# The service's wire protocol (protocol.h) and, later, the server itself.
+# The service's wire protocol (protocol.h).
 kvtier_add_sources(server/protocol.cc)
 kvtier_add_tests(server/protocol_test.cc)
 
@@ -9,3 +9,9 @@ if(KVTIER_BUILD_TESTS)
   # The test's HTTP client: httplib's classes change with its defines, so take them from it.
   target_link_libraries(kvtier_unit_tests PRIVATE PkgConfig::HTTPLIB)
 endif()
+
+# The service (server.h) and its client (client.h): frames over sockets, shared memory,
+# tenants and the per-connection sessions.
+kvtier_add_sources(server/frame_io.cc server/shared_segment.cc server/tenant_namespace.cc server/session.cc
+                   server/server.cc server/client.cc)
+kvtier_add_tests(server/server_test.cc)

@@ -1,0 +1,83 @@
+// The C++ client of `kvtier serve` (server.h): what engines' connectors, the tests, the load
+// generator and the Python bindings use. One Client is one connection.
+//
+// Over the Unix socket the client creates a shared-memory segment (ClientOptions::
+// shared_memory_bytes) and passes it with its Hello. Payloads that lie inside
+// shared_memory() travel as references: the server copies straight between the segment and
+// its tiers (one copy). Payloads anywhere else, and every payload over TCP, travel inline in
+// the frame (bounded by the frame limit).
+//
+// Errors: the server's refusals come back as its Status (code and message); a broken
+// connection is Unavailable, after which the client is unusable (connect a new one).
+//
+// Thread-safety: all methods may be called from many threads; requests are serialized on the
+// connection (use one client per thread for parallelism).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvtier/block.h"
+#include "kvtier/protocol.h"
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+struct ClientOptions {
+  std::string tenant;                  // Default: "" (the default tenant)
+  std::string auth_token;              // Default: none
+  uint64_t shared_memory_bytes = 64ull << 20;  // Default: 64 MiB (Unix socket only; 0: none)
+  int io_timeout_ms = 30000;           // Default: 30 s for a frame to leave or a reply to arrive
+  protocol::Limits limits;             // Default: protocol.h's
+};
+
+// One block of a chain to put.
+struct ClientBlock {
+  BlockKey key;
+  std::span<const std::byte> payload;
+  uint32_t tokens = 0;
+  BlockType type = BlockType::kUserContext;
+  TransitionType transition = TransitionType::kSameToolRepeat;
+};
+
+class Client {
+ public:
+  static Result<std::unique_ptr<Client>> ConnectUnix(const std::string& socket_path, ClientOptions options = {});
+  static Result<std::unique_ptr<Client>> ConnectTcp(const std::string& host, uint16_t port, ClientOptions options = {});
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // The segment shared with the server (empty over TCP). The caller lays payloads out in it.
+  std::span<std::byte> shared_memory() const;
+  uint32_t tier_count() const;
+
+  // The longest stored prefix of each chain, with each block's tier and size.
+  Result<std::vector<protocol::ChainLookup>> Lookup(const std::vector<std::vector<BlockKey>>& chains);
+  // Stores a chain under `parent` (stored) or as a first block.
+  Result<protocol::PutReply> Put(std::span<const ClientBlock> blocks, const std::optional<BlockKey>& parent = std::nullopt);
+  // Reads the stored prefix of `keys` into `outs` (one buffer per key, each at least the
+  // block's size); returns the sizes of the blocks read. `outs` must all lie inside
+  // shared_memory() or all outside it.
+  Result<std::vector<uint32_t>> Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
+                                    TransitionType transition = TransitionType::kSameToolRepeat);
+  Status Prefetch(std::span<const BlockKey> keys);
+  Result<protocol::PinReply> Pin(std::span<const BlockKey> keys);
+  Status Unpin(uint64_t pin_id);
+  Status UpdateTags(std::span<const protocol::TagUpdate> updates);
+  Status ReportImportance(std::span<const protocol::ImportanceReport> reports);
+  // The server's counters as JSON.
+  Result<std::string> Stats();
+
+ private:
+  struct Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier

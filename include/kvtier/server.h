@@ -1,0 +1,88 @@
+// The kvtier service: a TieredStore shared by the inference engines of a node (vLLM, SGLang,
+// TensorRT-LLM run as separate processes, often several per node). Local engines connect
+// over a Unix socket and pass block payloads through shared memory; remote ones over TCP
+// with payloads inline. The wire protocol is protocol.h (docs/protocol.md); the daemon
+// around this class is `kvtier serve` (docs/serve.md).
+//
+// Security: the Unix socket is created mode 0600 (the owner's engines only) and TCP listens
+// on loopback unless told otherwise; binding TCP anywhere else requires an auth token.
+// Tenants are namespaces: each connection names its tenant in Hello and its keys are mapped
+// into that tenant's namespace (tenant_namespace.h), so a tenant can neither read nor probe
+// another's blocks.
+//
+// Failure isolation: each connection is served by its own thread, so a slow or stalled
+// client delays only itself; a malformed frame gets an error reply and closes only its
+// connection; a client that disconnects mid-transfer loses only its request, and its pins
+// are released.
+//
+// Thread-safety: Start and Shutdown from one thread; the accessors from any.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvtier/head_importance.h"
+#include "kvtier/protocol.h"
+#include "kvtier/status.h"
+#include "kvtier/store.h"
+
+namespace kvtier {
+
+namespace server {
+class ServiceMetrics;
+}
+
+struct TenantOptions {
+  std::string name;
+  std::string auth_token;  // empty: the server's auth_token (if any) admits this tenant
+};
+
+struct ServerOptions {
+  std::string unix_socket_path;         // Default: none; an existing socket file is replaced
+  bool tcp = false;                     // Default: no TCP listener
+  std::string tcp_host = "127.0.0.1";   // Default: loopback
+  uint16_t tcp_port = 0;                // Default: 0, an ephemeral port (see Server::tcp_port)
+  // Required of every client when set; required to be set when TCP binds off loopback.
+  std::string auth_token;
+  // Known tenants. Default: none, every tenant name is accepted (still isolated from others).
+  std::vector<TenantOptions> tenants;
+  protocol::Limits limits;                // Default: protocol.h's
+  uint32_t max_connections = 256;         // Default: 256; more are refused with an error
+  uint32_t max_segments_per_client = 8;   // Default: 8 shared-memory segments
+  uint64_t max_shared_bytes_per_client = 16ull << 30;  // Default: 16 GiB mapped per client
+  uint32_t max_pins_per_client = 65536;   // Default: 65,536 live pins
+  int io_timeout_ms = 30000;  // Default: 30 s for a frame to arrive whole or a reply to leave
+  // Where engines' head-importance reports go (the store's head_importance). Default: none,
+  // Importance requests are refused.
+  std::shared_ptr<HeadImportance> head_importance;
+  server::ServiceMetrics* metrics = nullptr;  // Default: none; not owned
+
+  Status Validate() const;
+};
+
+class Server {
+ public:
+  // Binds the listeners and starts serving `store`, which must outlive the server.
+  // InvalidArgument for bad options; IoError / Unavailable when a listener cannot bind.
+  static Result<std::unique_ptr<Server>> Start(TieredStore& store, ServerOptions options);
+  ~Server();  // Shutdown()
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  const std::string& unix_socket_path() const;
+  uint16_t tcp_port() const;  // the bound port; 0 without TCP
+  uint32_t connections() const;
+
+  // Stops accepting, lets every request in progress finish and send its reply, closes the
+  // connections and joins their threads. Idempotent.
+  void Shutdown();
+
+ private:
+  struct Impl;
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier

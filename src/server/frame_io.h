@@ -1,0 +1,54 @@
+// Frame I/O on a connected stream socket, shared by the server and the client: whole
+// frames out (with descriptors passed by SCM_RIGHTS when asked), whole frames in (with the
+// descriptors that came along), and deadlines so that a peer that stops halfway through a
+// frame cannot hold its reader forever.
+//
+// Thread-safety: one FrameSocket is used by one thread at a time; ShutdownRead may be called
+// from any thread (it is how the server wakes a reader blocked between frames).
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "kvtier/protocol.h"
+#include "kvtier/status.h"
+#include "util/posix_file.h"
+
+namespace kvtier::server {
+
+class FrameSocket {
+ public:
+  // Owns `fd`. `io_timeout_ms` bounds every wait once a frame has started (0: none).
+  FrameSocket(ScopedFd fd, int io_timeout_ms);
+
+  int fd() const { return fd_.get(); }
+
+  // Sends `frame` whole; `fds` travel with its first byte. Unavailable when the peer has gone.
+  Status Send(std::span<const std::byte> frame, std::span<const int> fds = {});
+
+  // Reads one frame: its header, and its payload into `payload`. Descriptors that arrive are
+  // appended to `fds` (the caller owns them). Waits for the first byte without a deadline;
+  // NotFound when the peer closed cleanly between frames; InvalidArgument for a header that
+  // does not decode (the caller answers and closes); Unavailable for a reset, a timeout in the
+  // middle of a frame or a close in the middle of one.
+  Result<protocol::FrameHeader> Receive(const protocol::Limits& limits, std::vector<std::byte>& payload,
+                                        std::vector<ScopedFd>& fds);
+
+  // Makes a blocked or later Receive return NotFound; sends still work (a reply in progress
+  // gets out).
+  void ShutdownRead();
+  // Whether a Receive would find bytes (or end-of-stream) without waiting.
+  bool ReadableNow() const;
+  // Ends the conversation: the peer sees end-of-stream at once, although the descriptor
+  // closes only with this object (which other threads may still be signalling).
+  void Hangup();
+
+ private:
+  Status ReadFully(std::span<std::byte> into, bool frame_started, std::vector<ScopedFd>& fds);
+
+  ScopedFd fd_;
+  int io_timeout_ms_;
+};
+
+}  // namespace kvtier::server

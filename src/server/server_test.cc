@@ -1,0 +1,386 @@
+#include "kvtier/server.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "kvtier/client.h"
+#include "kvtier/tiers.h"
+#include "server/service_metrics.h"
+#include "util/posix_file.h"
+
+namespace kvtier {
+namespace {
+
+constexpr uint32_t kBlockBytes = 64 << 10;
+
+BlockKey Key(uint64_t chain, uint64_t i) { return {chain * 0x9E3779B97F4A7C15ull + 1, i + 1}; }
+
+void Fill(std::span<std::byte> bytes, uint64_t chain, uint64_t i) {
+  for (std::size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<std::byte>((k * 31 + chain * 7 + i * 13) & 0xff);
+}
+
+std::vector<std::byte> Payload(uint64_t chain, uint64_t i) {
+  std::vector<std::byte> bytes(kBlockBytes);
+  Fill(bytes, chain, i);
+  return bytes;
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/kvtier-server-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    std::vector<std::unique_ptr<Tier>> tiers;
+    Result<std::unique_ptr<Tier>> dram = NewDramTier(
+        {.name = "dram", .capacity_bytes = 64u << 20, .lock_memory = false, .huge_pages = false, .pin_for_gpu = false});
+    ASSERT_TRUE(dram.ok()) << dram.status().ToString();
+    tiers.push_back(std::move(*dram));
+    Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(std::move(tiers), {});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    store_ = std::move(*store);
+  }
+  void TearDown() override {
+    server_.reset();
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void StartServer(ServerOptions options = {}) {
+    if (options.unix_socket_path.empty()) options.unix_socket_path = dir_ + "/kvtier.sock";
+    options.metrics = &metrics_;
+    Result<std::unique_ptr<Server>> server = Server::Start(*store_, std::move(options));
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+  }
+
+  std::unique_ptr<Client> Connect(ClientOptions options = {}) {
+    Result<std::unique_ptr<Client>> client = Client::ConnectUnix(server_->unix_socket_path(), std::move(options));
+    EXPECT_TRUE(client.ok()) << client.status().ToString();
+    return client.ok() ? std::move(*client) : nullptr;
+  }
+
+  // A raw connection for frames no client would send.
+  ScopedFd RawConnect() {
+    ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, server_->unix_socket_path().c_str(), sizeof(addr.sun_path) - 1);
+    EXPECT_EQ(::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+    return fd;
+  }
+
+  // Puts chain `chain` of `n` blocks from the client's shared memory.
+  void PutChain(Client& client, uint64_t chain, uint64_t n) {
+    std::span<std::byte> shm = client.shared_memory();
+    ASSERT_GE(shm.size(), n * kBlockBytes);
+    std::vector<ClientBlock> blocks;
+    for (uint64_t i = 0; i < n; ++i) {
+      std::span<std::byte> slot = shm.subspan(i * kBlockBytes, kBlockBytes);
+      Fill(slot, chain, i);
+      blocks.push_back({.key = Key(chain, i), .payload = slot, .tokens = 16});
+    }
+    Result<protocol::PutReply> put = client.Put(blocks);
+    ASSERT_TRUE(put.ok()) << put.status().ToString();
+    EXPECT_EQ(put->new_blocks + put->present_blocks, n);
+  }
+
+  std::string dir_;
+  server::ServiceMetrics metrics_;
+  std::unique_ptr<TieredStore> store_;
+  std::unique_ptr<Server> server_;
+};
+
+TEST_F(ServerTest, PutLookupGetThroughSharedMemory) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(client->tier_count(), 1u);
+  PutChain(*client, 1, 4);
+
+  Result<std::vector<protocol::ChainLookup>> found = client->Lookup({{Key(1, 0), Key(1, 1), Key(1, 2), Key(2, 0)}, {Key(2, 0)}});
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  ASSERT_EQ(found->size(), 2u);
+  EXPECT_EQ((*found)[0].prefix_blocks, 3u);
+  EXPECT_EQ((*found)[0].tier, (std::vector<uint8_t>{0, 0, 0}));
+  EXPECT_EQ((*found)[0].bytes, (std::vector<uint32_t>{kBlockBytes, kBlockBytes, kBlockBytes}));
+  EXPECT_EQ((*found)[1].prefix_blocks, 0u);
+
+  // Read into the second half of the shared memory, and check every byte.
+  std::span<std::byte> shm = client->shared_memory();
+  std::vector<std::span<std::byte>> outs;
+  std::vector<BlockKey> keys;
+  for (uint64_t i = 0; i < 5; ++i) {
+    keys.push_back(Key(1, i));
+    outs.push_back(shm.subspan((8 + i) * kBlockBytes, kBlockBytes));
+  }
+  std::fill(shm.begin() + 8 * kBlockBytes, shm.begin() + 13 * kBlockBytes, std::byte{0});
+  Result<std::vector<uint32_t>> sizes = client->Get(keys, outs);
+  ASSERT_TRUE(sizes.ok()) << sizes.status().ToString();
+  ASSERT_EQ(sizes->size(), 4u);  // the stored prefix
+  for (uint64_t i = 0; i < 4; ++i) {
+    EXPECT_EQ((*sizes)[i], kBlockBytes);
+    EXPECT_TRUE(std::ranges::equal(outs[i], Payload(1, i))) << "block " << i;
+  }
+
+  Result<std::string> stats = client->Stats();
+  ASSERT_TRUE(stats.ok());
+  const nlohmann::json json = nlohmann::json::parse(*stats);
+  EXPECT_EQ(json["put_blocks"], 4);
+  EXPECT_EQ(json["tiers"][0]["blocks"], 4);
+
+  // A request is counted once its reply has left, so the last one may lag the client a little.
+  uint64_t requests = 0;
+  for (int i = 0; i < 200 && requests < 5; ++i) {
+    requests = 0;
+    for (const auto& op : metrics_.Read().ops) requests += op.ok;
+    if (requests < 5) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(requests, 5u);  // hello, put, lookup, get, stats
+}
+
+TEST_F(ServerTest, TcpClientsGetInlinePayloads) {
+  ServerOptions options;
+  options.tcp = true;
+  StartServer(options);
+  ASSERT_NE(server_->tcp_port(), 0);
+  Result<std::unique_ptr<Client>> client = Client::ConnectTcp("127.0.0.1", server_->tcp_port());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE((*client)->shared_memory().empty());
+  std::vector<std::vector<std::byte>> payloads = {Payload(3, 0), Payload(3, 1)};
+  const std::vector<ClientBlock> blocks = {{.key = Key(3, 0), .payload = payloads[0]}, {.key = Key(3, 1), .payload = payloads[1]}};
+  ASSERT_TRUE((*client)->Put(blocks).ok());
+  std::vector<std::vector<std::byte>> buffers(2, std::vector<std::byte>(kBlockBytes + 100));
+  const std::vector<std::span<std::byte>> outs = {buffers[0], buffers[1]};
+  const std::vector<BlockKey> keys = {Key(3, 0), Key(3, 1)};
+  Result<std::vector<uint32_t>> sizes = (*client)->Get(keys, outs);
+  ASSERT_TRUE(sizes.ok()) << sizes.status().ToString();
+  ASSERT_EQ(*sizes, (std::vector<uint32_t>{kBlockBytes, kBlockBytes}));
+  EXPECT_TRUE(std::equal(payloads[1].begin(), payloads[1].end(), buffers[1].begin()));
+
+  // A Unix client of the same (default) tenant sees the blocks.
+  auto local = Connect();
+  ASSERT_NE(local, nullptr);
+  EXPECT_EQ((*local->Lookup({keys}))[0].prefix_blocks, 2u);
+}
+
+TEST_F(ServerTest, TenantsCannotSeeEachOthersBlocks) {
+  ServerOptions options;
+  options.tenants = {{.name = "alpha", .auth_token = "a-secret"}, {.name = "beta", .auth_token = ""}};
+  options.auth_token = "shared-secret";
+  StartServer(options);
+  auto alpha = Connect({.tenant = "alpha", .auth_token = "a-secret"});
+  auto beta = Connect({.tenant = "beta", .auth_token = "shared-secret"});
+  ASSERT_NE(alpha, nullptr);
+  ASSERT_NE(beta, nullptr);
+  PutChain(*alpha, 5, 3);
+  const std::vector<BlockKey> keys = {Key(5, 0), Key(5, 1), Key(5, 2)};
+  EXPECT_EQ((*alpha->Lookup({keys}))[0].prefix_blocks, 3u);
+  EXPECT_EQ((*beta->Lookup({keys}))[0].prefix_blocks, 0u);
+  std::vector<std::byte> buffer(kBlockBytes);
+  const std::vector<std::span<std::byte>> outs = {buffer};
+  EXPECT_TRUE(beta->Get(std::span(keys).first(1), outs)->empty());
+  Result<protocol::PinReply> pin = beta->Pin(keys);
+  ASSERT_TRUE(pin.ok());
+  EXPECT_EQ(pin->pinned_blocks, 0u);
+
+  // Unknown tenants and wrong tokens are refused, with a reason.
+  auto refused = Client::ConnectUnix(server_->unix_socket_path(), {.tenant = "gamma", .auth_token = "shared-secret"});
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
+  refused = Client::ConnectUnix(server_->unix_socket_path(), {.tenant = "alpha", .auth_token = "shared-secret"});
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
+  refused = Client::ConnectUnix(server_->unix_socket_path(), {.tenant = "beta", .auth_token = "wrong"});
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
+}
+
+TEST_F(ServerTest, MalformedFrameClosesOnlyItsConnection) {
+  StartServer();
+  auto good = Connect();
+  ASSERT_NE(good, nullptr);
+  ScopedFd raw = RawConnect();
+  const char garbage[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(::write(raw.get(), garbage, sizeof(garbage)), static_cast<ssize_t>(sizeof(garbage)));
+  // The server answers with an Error frame, then closes.
+  std::vector<std::byte> reply(4096);
+  std::size_t got = 0;
+  for (;;) {
+    const ssize_t n = ::read(raw.get(), reply.data() + got, reply.size() - got);
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  ASSERT_GE(got, protocol::kHeaderBytes);
+  Result<protocol::FrameHeader> header = protocol::DecodeHeader(std::span(reply).first(got), {});
+  ASSERT_TRUE(header.ok());
+  EXPECT_EQ(header->type, protocol::MessageType::kError);
+  PutChain(*good, 7, 2);
+  EXPECT_EQ(metrics_.Read().frames_rejected, 1u);
+}
+
+TEST_F(ServerTest, RequestsBeforeHelloAreRefused) {
+  StartServer();
+  ScopedFd raw = RawConnect();
+  std::vector<std::byte> frame;
+  ASSERT_TRUE(protocol::EncodeFrame(protocol::Stats{}, 42, protocol::MessageType::kError, {}, frame).ok());
+  ASSERT_EQ(::write(raw.get(), frame.data(), frame.size()), static_cast<ssize_t>(frame.size()));
+  std::vector<std::byte> reply(4096);
+  const ssize_t n = ::read(raw.get(), reply.data(), reply.size());
+  ASSERT_GT(n, static_cast<ssize_t>(protocol::kHeaderBytes));
+  Result<protocol::FrameHeader> header = protocol::DecodeHeader(reply, {});
+  ASSERT_TRUE(header.ok());
+  EXPECT_EQ(header->request_id, 42u);
+  Result<protocol::Message> m = protocol::DecodePayload(
+      *header, std::span(reply).subspan(protocol::kHeaderBytes, header->payload_bytes), {});
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(std::get<protocol::ErrorReply>(*m).code, StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ServerTest, ConnectionLimitRefusesWithAReason) {
+  ServerOptions options;
+  options.max_connections = 2;
+  StartServer(options);
+  auto a = Connect();
+  auto b = Connect();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Result<std::unique_ptr<Client>> c = Client::ConnectUnix(server_->unix_socket_path());
+  EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted) << c.status().ToString();
+  a.reset();
+  // The slot frees once the server notices the close.
+  for (int i = 0; i < 200 && server_->connections() > 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_NE(Connect(), nullptr);
+}
+
+TEST_F(ServerTest, StalledAndVanishingClientsDoNotStallOthers) {
+  StartServer();
+  // One client stops halfway through a frame; another disconnects halfway through one.
+  ScopedFd stalled = RawConnect();
+  std::vector<std::byte> frame;
+  protocol::Put put;
+  put.blocks.push_back({.key = Key(9, 0), .payload = {.length = kBlockBytes}, .inline_bytes = Payload(9, 0)});
+  ASSERT_TRUE(protocol::EncodeFrame(put, 1, protocol::MessageType::kError, {}, frame).ok());
+  ASSERT_EQ(::write(stalled.get(), frame.data(), frame.size() / 2), static_cast<ssize_t>(frame.size() / 2));
+  {
+    ScopedFd vanishing = RawConnect();
+    ASSERT_EQ(::write(vanishing.get(), frame.data(), 1000), 1000);
+  }
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  for (uint64_t chain = 0; chain < 20; ++chain) PutChain(*client, 100 + chain, 2);
+  EXPECT_EQ((*client->Lookup({{Key(119, 0), Key(119, 1)}}))[0].prefix_blocks, 2u);
+  EXPECT_EQ((*client->Lookup({{Key(9, 0)}}))[0].prefix_blocks, 0u);  // the torn put stored nothing
+}
+
+TEST_F(ServerTest, PinsDieWithTheirConnection) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  PutChain(*client, 11, 3);
+  Result<protocol::PinReply> pin = client->Pin(std::vector<BlockKey>{Key(11, 0), Key(11, 1)});
+  ASSERT_TRUE(pin.ok());
+  EXPECT_EQ(pin->pinned_blocks, 2u);
+  EXPECT_EQ(store_->GetStats().pinned_blocks, 2u);
+  EXPECT_TRUE(client->Unpin(pin->pin_id).ok());
+  EXPECT_EQ(store_->GetStats().pinned_blocks, 0u);
+  EXPECT_EQ(client->Unpin(pin->pin_id).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(client->Pin(std::vector<BlockKey>{Key(11, 0)}).ok());
+  client.reset();
+  for (int i = 0; i < 200 && store_->GetStats().pinned_blocks > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(store_->GetStats().pinned_blocks, 0u);
+}
+
+TEST_F(ServerTest, BadReferencesAndRequestsGetErrorsAndTheConnectionStays) {
+  StartServer();
+  auto client = Connect({.shared_memory_bytes = 1 << 20});
+  ASSERT_NE(client, nullptr);
+  // A Get into buffers half inside, half outside the segment.
+  std::vector<std::byte> outside(kBlockBytes);
+  const std::vector<std::span<std::byte>> mixed = {client->shared_memory().first(kBlockBytes), outside};
+  const std::vector<BlockKey> keys = {Key(1, 0), Key(1, 1)};
+  EXPECT_EQ(client->Get(keys, mixed).status().code(), StatusCode::kInvalidArgument);
+  // Importance reports without a head layout, tags of unknown blocks (ignored), unpin of nothing.
+  const std::vector<protocol::ImportanceReport> reports = {{.layer = 0, .head = 0, .value = 1}};
+  EXPECT_EQ(client->ReportImportance(reports).code(), StatusCode::kFailedPrecondition);
+  const std::vector<protocol::TagUpdate> tags = {{.key = Key(1, 0), .type = BlockType::kSystemPrompt}};
+  EXPECT_TRUE(client->UpdateTags(tags).ok());
+  EXPECT_EQ(client->Unpin(77).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(client->Prefetch(keys).ok());
+  PutChain(*client, 1, 2);  // still connected
+}
+
+TEST_F(ServerTest, ShutdownDrainsAndClientsSeeTheServerGo) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  PutChain(*client, 1, 2);
+  server_->Shutdown();
+  server_->Shutdown();  // idempotent
+  EXPECT_EQ(client->Stats().status().code(), StatusCode::kUnavailable);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/kvtier.sock"));
+  EXPECT_EQ(Client::ConnectUnix(dir_ + "/kvtier.sock").status().code(), StatusCode::kUnavailable);
+}
+
+TEST_F(ServerTest, OptionsThatWouldExposeTheStoreAreRefused) {
+  ServerOptions options;
+  options.tcp = true;
+  options.tcp_host = "0.0.0.0";
+  EXPECT_EQ(Server::Start(*store_, options).status().code(), StatusCode::kInvalidArgument);
+  options.auth_token = "token";
+  options.tcp_port = 0;
+  EXPECT_TRUE(Server::Start(*store_, options).ok());
+  EXPECT_EQ(Server::Start(*store_, ServerOptions{}).status().code(), StatusCode::kInvalidArgument);
+  ServerOptions file_in_the_way;
+  file_in_the_way.unix_socket_path = dir_ + "/plain-file";
+  { std::ofstream(file_in_the_way.unix_socket_path) << "data"; }
+  EXPECT_EQ(Server::Start(*store_, file_in_the_way).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ServerTest, ConcurrentClientsLoseNothing) {
+  StartServer();
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      auto client = Client::ConnectUnix(server_->unix_socket_path(), {.shared_memory_bytes = 8 * kBlockBytes});
+      if (!client.ok()) {
+        ++failures;
+        return;
+      }
+      for (uint64_t round = 0; round < 10; ++round) {
+        const uint64_t chain = static_cast<uint64_t>(t) * 100 + round;
+        std::span<std::byte> shm = (*client)->shared_memory();
+        std::vector<ClientBlock> blocks;
+        std::vector<BlockKey> keys;
+        std::vector<std::span<std::byte>> outs;
+        for (uint64_t i = 0; i < 3; ++i) {
+          Fill(shm.subspan(i * kBlockBytes, kBlockBytes), chain, i);
+          blocks.push_back({.key = Key(chain, i), .payload = shm.subspan(i * kBlockBytes, kBlockBytes)});
+          keys.push_back(Key(chain, i));
+          outs.push_back(shm.subspan((4 + i) * kBlockBytes, kBlockBytes));
+        }
+        if (!(*client)->Put(blocks).ok()) ++failures;
+        Result<std::vector<uint32_t>> sizes = (*client)->Get(keys, outs);
+        if (!sizes.ok() || sizes->size() != 3) {
+          ++failures;
+          continue;
+        }
+        for (uint64_t i = 0; i < 3; ++i) {
+          if (!std::ranges::equal(outs[i], Payload(chain, i))) ++failures;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+}  // namespace
+}  // namespace kvtier

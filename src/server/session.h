@@ -1,0 +1,56 @@
+// One client connection's state and request handling, apart from the socket: its tenant,
+// its mapped shared-memory segments and its pins. The server reads frames and hands each
+// decoded request here; the reply (an ErrorReply when refused) goes back on the socket.
+//
+// Thread-safety: a Session belongs to its connection's thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "kvtier/protocol.h"
+#include "kvtier/server.h"
+#include "kvtier/store.h"
+#include "server/shared_segment.h"
+#include "server/tenant_namespace.h"
+
+namespace kvtier::server {
+
+struct Reply {
+  protocol::Message message;
+  bool close = false;  // close the connection once the reply is sent (a refused Hello)
+  uint64_t blocks = 0, payload_bytes = 0;  // what the request moved, for the metrics
+};
+
+class Session {
+ public:
+  // `tcp`: the client came over TCP (it cannot pass shared-memory descriptors).
+  Session(TieredStore& store, const ServerOptions& options, bool tcp);
+
+  // Serves one decoded request; `fds` are the descriptors that came with it (Hello's segments).
+  Reply Handle(const protocol::Message& request, std::vector<ScopedFd>& fds);
+
+ private:
+  Reply Hello(const protocol::Hello& m, std::vector<ScopedFd>& fds);
+  Reply Lookup(const protocol::Lookup& m);
+  Reply Put(const protocol::Put& m);
+  Reply Get(const protocol::Get& m);
+  Reply Pin(const protocol::Pin& m);
+  Reply Unpin(const protocol::Unpin& m);
+  Reply Tags(const protocol::Tags& m);
+  Reply Importance(const protocol::Importance& m);
+  Reply Stats();
+  Result<std::span<std::byte>> Resolve(const protocol::PayloadRef& ref) const;
+
+  TieredStore& store_;
+  const ServerOptions& options_;
+  const bool tcp_;
+  std::optional<TenantNamespace> tenant_;  // set by a successful Hello
+  std::vector<SharedSegment> segments_;
+  std::unordered_map<uint64_t, StorePin> pins_;
+  uint64_t next_pin_id_ = 1;
+};
+
+}  // namespace kvtier::server
