@@ -17,6 +17,8 @@
 #pragma once
 
 #include <memory>
+#include <span>
+#include <string_view>
 #include <string>
 #include <variant>
 #include <vector>
@@ -39,8 +41,10 @@ struct TierConfig {
 };
 
 // Parses a configuration; `source` names it in errors. Relative paths are resolved against
-// data_dir.
-Result<TierConfig> ParseTierConfig(const std::string& yaml_text, const std::string& source);
+// data_dir. `enclosing_keys` are top-level keys of a document that embeds this one (kvtier
+// serve's configuration) and that its own parser reads: they are skipped, not errors.
+Result<TierConfig> ParseTierConfig(const std::string& yaml_text, const std::string& source,
+                                   std::span<const std::string_view> enclosing_keys = {});
 Result<TierConfig> LoadTierConfig(const std::string& path);
 
 // The embedded default: 4 GiB of DRAM, then a 16 GiB NVMe slab file under `data_dir`.

@@ -15,5 +15,6 @@ void AddInfoCommand(CLI::App& app, int& exit_code);
 void AddBenchCommand(CLI::App& app, int& exit_code);
 void AddTraceCommand(CLI::App& app, int& exit_code);
 void AddReplayCommand(CLI::App& app, int& exit_code);
+void AddServeCommand(CLI::App& app, int& exit_code);
 
 }  // namespace kvtier::cli

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   kvtier::cli::AddBenchCommand(app, exit_code);
   kvtier::cli::AddTraceCommand(app, exit_code);
   kvtier::cli::AddReplayCommand(app, exit_code);
+  kvtier::cli::AddServeCommand(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -15,3 +15,7 @@ endif()
 kvtier_add_sources(server/frame_io.cc server/shared_segment.cc server/tenant_namespace.cc server/session.cc
                    server/server.cc server/client.cc)
 kvtier_add_tests(server/server_test.cc)
+
+# The daemon of `kvtier serve` (daemon.h): configuration, store, listeners, metrics.
+kvtier_add_sources(server/serve_config.cc server/daemon.cc)
+kvtier_add_tests(server/daemon_test.cc)

@@ -1,5 +1,6 @@
 #include "kvtier/tier_config.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -7,85 +8,18 @@
 
 #include "kvtier/capacity_plan.h"
 #include "util/json_document.h"
+#include "util/yaml_map.h"
 
 namespace kvtier {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Reads one tier's YAML map, rejecting keys its kind does not know.
-class TierNode {
- public:
-  TierNode(const YAML::Node& node, std::string where) : node_(node), where_(std::move(where)) {}
-
-  Status CheckKeys(const std::set<std::string>& allowed) const {
-    for (const auto& entry : node_) {
-      const std::string key = entry.first.as<std::string>();
-      if (!allowed.count(key)) {
-        std::string known;
-        for (const std::string& k : allowed) known += (known.empty() ? "" : ", ") + k;
-        return Status::InvalidArgument(where_ + ": unknown key '" + key + "' (known here: " + known + ")");
-      }
-    }
-    return Status::Ok();
-  }
-  bool Has(const char* key) const { return static_cast<bool>(node_[key]); }
-
-  Result<std::string> String(const char* key) const {
-    if (!node_[key] || !node_[key].IsScalar()) return Status::InvalidArgument(where_ + ": '" + key + "' must be a string");
-    return node_[key].as<std::string>();
-  }
-  Result<uint64_t> Bytes(const char* key) const {
-    KVTIER_ASSIGN_OR_RETURN(std::string text, String(key));
-    Result<uint64_t> bytes = ParseByteSize(text);
-    if (!bytes.ok()) return bytes.status().WithContext(where_ + "." + key);
-    return *bytes;
-  }
-  Result<int64_t> Int(const char* key, int64_t min, int64_t max) const {
-    KVTIER_ASSIGN_OR_RETURN(std::string text, String(key));
-    try {
-      std::size_t used = 0;
-      const long long value = std::stoll(text, &used);
-      if (used == text.size() && value >= min && value <= max) return static_cast<int64_t>(value);
-    } catch (const std::exception&) {
-    }
-    return Status::InvalidArgument(where_ + ": '" + key + "' must be an integer from " + std::to_string(min) + " to " +
-                                   std::to_string(max) + ", got '" + text + "'");
-  }
-  // An int-typed option; the bounds keep it in range.
-  Result<int> SmallInt(const char* key, int min, int max) const {
-    KVTIER_ASSIGN_OR_RETURN(int64_t value, Int(key, min, max));
-    return static_cast<int>(value);
-  }
-  Result<bool> Bool(const char* key) const {
-    KVTIER_ASSIGN_OR_RETURN(std::string text, String(key));
-    if (text == "true") return true;
-    if (text == "false") return false;
-    return Status::InvalidArgument(where_ + ": '" + key + "' must be true or false, got '" + text + "'");
-  }
-  Result<std::vector<std::string>> Strings(const char* key) const {
-    if (!node_[key] || !node_[key].IsSequence() || node_[key].size() == 0) {
-      return Status::InvalidArgument(where_ + ": '" + key + "' must be a non-empty list");
-    }
-    std::vector<std::string> out;
-    for (const auto& item : node_[key]) {
-      if (!item.IsScalar()) return Status::InvalidArgument(where_ + ": '" + key + "' must hold strings");
-      out.push_back(item.as<std::string>());
-    }
-    return out;
-  }
-  const std::string& where() const { return where_; }
-
- private:
-  const YAML::Node& node_;
-  std::string where_;
-};
-
 std::string Resolve(const std::string& data_dir, const std::string& path) {
   return fs::path(path).is_absolute() ? path : (fs::path(data_dir) / path).string();
 }
 
-Result<TierOptions> ParseTier(const TierNode& t, const std::string& kind, const std::string& data_dir) {
+Result<TierOptions> ParseTier(const YamlMap& t, const std::string& kind, const std::string& data_dir) {
   if (kind == "cpu_dram") {
     KVTIER_RETURN_IF_ERROR(
         t.CheckKeys({"kind", "name", "capacity", "numa_node", "lock_memory", "huge_pages", "shards", "pin_for_gpu"}));
@@ -256,7 +190,8 @@ Status Validate(const TierOptions& options) {
 
 }  // namespace
 
-Result<TierConfig> ParseTierConfig(const std::string& yaml_text, const std::string& source) {
+Result<TierConfig> ParseTierConfig(const std::string& yaml_text, const std::string& source,
+                                   std::span<const std::string_view> enclosing_keys) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -268,7 +203,8 @@ Result<TierConfig> ParseTierConfig(const std::string& yaml_text, const std::stri
   try {
     for (const auto& entry : root) {
       const std::string key = entry.first.as<std::string>();
-      if (key != "data_dir" && key != "tiers") return Status::InvalidArgument(source + ": unknown key '" + key + "' (known: data_dir, tiers)");
+      if (key == "data_dir" || key == "tiers" || std::ranges::find(enclosing_keys, key) != enclosing_keys.end()) continue;
+      return Status::InvalidArgument(source + ": unknown key '" + key + "' (known: data_dir, tiers)");
     }
     if (root["data_dir"]) config.data_dir = root["data_dir"].as<std::string>();
     if (!root["tiers"] || !root["tiers"].IsSequence() || root["tiers"].size() == 0) {
@@ -278,7 +214,7 @@ Result<TierConfig> ParseTierConfig(const std::string& yaml_text, const std::stri
     for (const YAML::Node& node : root["tiers"]) {
       const std::string where = source + ": tiers[" + std::to_string(index++) + "]";
       if (!node.IsMap() || !node["kind"] || !node["kind"].IsScalar()) return Status::InvalidArgument(where + " needs a 'kind'");
-      TierNode tier(node, where);
+      YamlMap tier(node, where);
       KVTIER_ASSIGN_OR_RETURN(TierOptions options, ParseTier(tier, node["kind"].as<std::string>(), config.data_dir));
       Status valid = Validate(options);
       if (!valid.ok()) return valid.WithContext(where);

@@ -1,0 +1,75 @@
+// `kvtier serve`: the cache service for the inference engines of a node (daemon.h).
+#include <pthread.h>
+#include <signal.h>
+
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "kvtier/daemon.h"
+
+namespace kvtier::cli {
+namespace {
+
+struct ServeCommandOptions {
+  std::string config;
+  std::string data_dir = "kvtier-data";
+};
+
+int RunServe(const ServeCommandOptions& o) {
+  auto fail = [](const Status& s) {
+    std::cerr << "kvtier serve: " << s.ToString() << "\n";
+    return kExitError;
+  };
+  ServeConfig config;
+  if (o.config.empty()) {
+    config = DefaultServeConfig(o.data_dir);
+  } else {
+    Result<ServeConfig> loaded = LoadServeConfig(o.config);
+    if (!loaded.ok()) return fail(loaded.status());
+    config = std::move(*loaded);
+  }
+  // Every thread the daemon starts inherits this mask, so SIGTERM and SIGINT reach only the
+  // sigwait below, which turns them into a graceful Stop.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  Result<std::unique_ptr<Daemon>> daemon = Daemon::Start(std::move(config));
+  if (!daemon.ok()) return fail(daemon.status());
+  Daemon& d = **daemon;
+  const ServeConfig& c = d.config();
+  std::cout << "kvtier serve: " << d.recovered_blocks() << " blocks recovered; listening on";
+  if (!c.server.unix_socket_path.empty()) std::cout << " unix:" << c.server.unix_socket_path;
+  if (c.server.tcp) std::cout << " tcp:" << c.server.tcp_host << ":" << d.server().tcp_port();
+  if (d.metrics_port() != 0) std::cout << "; metrics http://" << c.metrics_host << ":" << d.metrics_port() << "/metrics";
+  std::cout << std::endl;
+
+  int received = 0;
+  sigwait(&signals, &received);
+  std::cout << "kvtier serve: " << (received == SIGTERM ? "SIGTERM" : "SIGINT")
+            << ": draining requests in progress and flushing" << std::endl;
+  const Status stopped = d.Stop();
+  if (!stopped.ok()) return fail(stopped.WithContext("shutdown"));
+  std::cout << "kvtier serve: stopped cleanly" << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app, int& exit_code) {
+  auto options = std::make_shared<ServeCommandOptions>();
+  CLI::App* serve = app.add_subcommand(
+      "serve", "Serve the tiered KV store to inference engines (Unix socket + shared memory, TCP, /metrics)");
+  serve->add_option("--config", options->config, "Configuration file (see examples/serve.yaml); default: embedded")
+      ->check(CLI::ExistingFile);
+  serve->add_option("--data-dir", options->data_dir, "Data directory of the embedded default configuration")
+      ->capture_default_str();
+  serve->callback([options, &exit_code] { exit_code = RunServe(*options); });
+}
+
+}  // namespace kvtier::cli

@@ -1,0 +1,113 @@
+#include "kvtier/daemon.h"
+
+#include <filesystem>
+#include <variant>
+
+#include "server/metrics_http.h"
+#include "server/service_metrics.h"
+
+namespace kvtier {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The tier acknowledged blocks persist in: the one named, or the first that survives a restart.
+Result<std::size_t> PersistTierIndex(const ServeConfig& c) {
+  for (std::size_t i = 0; i < c.tiers.tiers.size(); ++i) {
+    const TierOptions& t = c.tiers.tiers[i];
+    const std::string& name = std::visit([](const auto& o) -> const std::string& { return o.name; }, t);
+    const TierKind kind = TierKindOf(t);
+    if (c.persist_tier.empty() ? (kind == TierKind::kNvme || kind == TierKind::kParallelFs) : name == c.persist_tier) {
+      return i;
+    }
+  }
+  if (!c.persist_tier.empty()) return Status::InvalidArgument("store.persist_tier: no tier is named '" + c.persist_tier + "'");
+  return Status::InvalidArgument(
+      "persistence needs an nvme or parallel_fs tier; add one, or set store.persistence: none");
+}
+
+}  // namespace
+
+struct Daemon::Impl {
+  ServeConfig config;
+  server::ServiceMetrics metrics;
+  std::unique_ptr<TieredStore> store;
+  std::unique_ptr<Server> server;
+  std::unique_ptr<server::MetricsHttpServer> http;
+  uint64_t recovered = 0;
+  bool stopped = false;
+};
+
+Result<std::unique_ptr<Daemon>> Daemon::Start(ServeConfig config) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = std::move(config);
+  const ServeConfig& c = impl->config;
+  StoreOptions store_options = c.store;
+  if (c.persist != PersistChoice::kNone) {
+    KVTIER_ASSIGN_OR_RETURN(std::size_t tier, PersistTierIndex(c));
+    store_options.persistence = PersistenceOptions{
+        .tier = tier,
+        .journal_path = c.journal_path,
+        .mode = c.persist == PersistChoice::kWriteThrough ? PersistenceOptions::PersistMode::kWriteThrough
+                                                           : PersistenceOptions::PersistMode::kOnFlush,
+        .sync = c.persist_sync,
+        .verify_checksums = true};
+    std::error_code ec;
+    fs::create_directories(fs::path(c.journal_path).parent_path(), ec);
+  }
+  KVTIER_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Tier>> tiers, OpenTiers(c.tiers));
+  Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(std::move(tiers), std::move(store_options));
+  if (!store.ok()) return store.status().WithContext("opening the store");
+  impl->store = std::move(*store);
+  impl->recovered = impl->store->GetStats().recovered_blocks;
+
+  ServerOptions server_options = c.server;
+  server_options.metrics = &impl->metrics;
+  if (!server_options.unix_socket_path.empty()) {
+    std::error_code ec;
+    fs::create_directories(fs::path(server_options.unix_socket_path).parent_path(), ec);
+  }
+  KVTIER_ASSIGN_OR_RETURN(impl->server, Server::Start(*impl->store, std::move(server_options)));
+
+  if (c.metrics_port >= 0) {
+    Impl* raw = impl.get();
+    KVTIER_ASSIGN_OR_RETURN(
+        impl->http,
+        server::MetricsHttpServer::Start(
+            c.metrics_host, static_cast<uint16_t>(c.metrics_port),
+            [raw] { return server::RenderPrometheus(raw->metrics, raw->store->GetStats(), raw->store->predictor()); },
+            [raw] {
+              // Serving when the listeners are up; a tier that has started refusing checksums
+              // is worth a look but still serves (corrupt blocks are never returned).
+              const StoreStats stats = raw->store->GetStats();
+              return server::HealthReport{
+                  .healthy = true,
+                  .detail = std::to_string(raw->server->connections()) + " connections, " +
+                            std::to_string(stats.index_blocks) + " blocks, " + std::to_string(stats.corrupt_blocks) +
+                            " corrupt reads"};
+            }));
+  }
+  return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
+}
+
+Daemon::Daemon(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Daemon::~Daemon() { (void)Stop(); }
+
+TieredStore& Daemon::store() { return *impl_->store; }
+Server& Daemon::server() { return *impl_->server; }
+uint16_t Daemon::metrics_port() const { return impl_->http ? impl_->http->port() : 0; }
+const ServeConfig& Daemon::config() const { return impl_->config; }
+uint64_t Daemon::recovered_blocks() const { return impl_->recovered; }
+
+Status Daemon::Stop() {
+  if (impl_->stopped) return Status::Ok();
+  impl_->stopped = true;
+  impl_->server->Shutdown();
+  Status flushed;
+  if (impl_->config.persist != PersistChoice::kNone) flushed = impl_->store->Flush();
+  impl_->store->Drain();
+  if (impl_->http) impl_->http->Stop();
+  return flushed;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,166 @@
+#include "kvtier/daemon.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "kvtier/client.h"
+
+namespace kvtier {
+namespace {
+
+constexpr uint32_t kBlockBytes = 128 << 10;
+
+BlockKey Key(uint64_t chain, uint64_t i) { return {chain + 1, i + 1}; }
+
+void Fill(std::span<std::byte> bytes, uint64_t chain, uint64_t i) {
+  for (std::size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<std::byte>((k * 131 + chain * 17 + i * 3) & 0xff);
+}
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/kvtier-daemon-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  ServeConfig Config() {
+    ServeConfig c = DefaultServeConfig(dir_);
+    std::get<DramTierOptions>(c.tiers.tiers[0]).capacity_bytes = 32u << 20;
+    std::get<DramTierOptions>(c.tiers.tiers[0]).lock_memory = false;
+    std::get<NvmeTierOptions>(c.tiers.tiers[1]).capacity_bytes = 64u << 20;
+    c.metrics_port = 0;
+    return c;
+  }
+
+  static void PutChains(Client& client, uint64_t chains, uint64_t blocks) {
+    std::span<std::byte> shm = client.shared_memory();
+    for (uint64_t chain = 0; chain < chains; ++chain) {
+      std::vector<ClientBlock> put;
+      for (uint64_t i = 0; i < blocks; ++i) {
+        std::span<std::byte> slot = shm.subspan(i * kBlockBytes, kBlockBytes);
+        Fill(slot, chain, i);
+        put.push_back({.key = Key(chain, i), .payload = slot, .tokens = 16});
+      }
+      Result<protocol::PutReply> r = client.Put(put);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_EQ(r->refused_blocks, 0u);
+    }
+  }
+
+  static uint64_t ChainsReadBack(Client& client, uint64_t chains, uint64_t blocks) {
+    std::span<std::byte> shm = client.shared_memory();
+    std::vector<std::byte> expected(kBlockBytes);
+    uint64_t whole = 0;
+    for (uint64_t chain = 0; chain < chains; ++chain) {
+      std::vector<BlockKey> keys;
+      std::vector<std::span<std::byte>> outs;
+      for (uint64_t i = 0; i < blocks; ++i) {
+        keys.push_back(Key(chain, i));
+        outs.push_back(shm.subspan(i * kBlockBytes, kBlockBytes));
+      }
+      Result<std::vector<uint32_t>> sizes = client.Get(keys, outs);
+      if (!sizes.ok() || sizes->size() != blocks) continue;
+      bool same = true;
+      for (uint64_t i = 0; i < blocks; ++i) {
+        Fill(expected, chain, i);
+        same = same && std::ranges::equal(outs[i], expected);
+      }
+      whole += same ? 1 : 0;
+    }
+    return whole;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(DaemonTest, WriteThroughBlocksSurviveARestart) {
+  {
+    Result<std::unique_ptr<Daemon>> daemon = Daemon::Start(Config());
+    ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+    EXPECT_NE((*daemon)->metrics_port(), 0);
+    EXPECT_EQ((*daemon)->recovered_blocks(), 0u);
+    auto client = Client::ConnectUnix((*daemon)->server().unix_socket_path(), {.shared_memory_bytes = 8 * kBlockBytes});
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    PutChains(**client, 20, 4);
+    EXPECT_TRUE((*daemon)->Stop().ok());
+  }
+  Result<std::unique_ptr<Daemon>> daemon = Daemon::Start(Config());
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  EXPECT_EQ((*daemon)->recovered_blocks(), 80u);
+  auto client = Client::ConnectUnix((*daemon)->server().unix_socket_path(), {.shared_memory_bytes = 8 * kBlockBytes});
+  ASSERT_TRUE(client.ok());
+  EXPECT_EQ(ChainsReadBack(**client, 20, 4), 20u);
+}
+
+TEST_F(DaemonTest, OnShutdownPersistsAtStop) {
+  ServeConfig config = Config();
+  config.persist = PersistChoice::kOnShutdown;
+  {
+    Result<std::unique_ptr<Daemon>> daemon = Daemon::Start(config);
+    ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+    auto client = Client::ConnectUnix((*daemon)->server().unix_socket_path(), {.shared_memory_bytes = 8 * kBlockBytes});
+    ASSERT_TRUE(client.ok());
+    PutChains(**client, 5, 4);
+    EXPECT_TRUE((*daemon)->Stop().ok());
+  }
+  Result<std::unique_ptr<Daemon>> daemon = Daemon::Start(config);
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  EXPECT_EQ((*daemon)->recovered_blocks(), 20u);
+}
+
+TEST_F(DaemonTest, PersistenceWithoutADiskTierIsRefused) {
+  ServeConfig config = Config();
+  config.tiers.tiers.pop_back();
+  Result<std::unique_ptr<Daemon>> daemon = Daemon::Start(config);
+  EXPECT_EQ(daemon.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(daemon.status().message().find("store.persistence: none"), std::string::npos) << daemon.status().ToString();
+  config.persist = PersistChoice::kNone;
+  EXPECT_TRUE(Daemon::Start(config).ok());
+}
+
+TEST(ServeConfig, TheShippedExampleParses) {
+  Result<ServeConfig> c = LoadServeConfig(std::string(KVTIER_TEST_FIXTURES) + "/../../examples/serve.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->tiers.tiers.size(), 2u);
+  EXPECT_EQ(c->store.policy, PolicyKind::kBayes);
+  EXPECT_EQ(c->persist, PersistChoice::kWriteThrough);
+  EXPECT_EQ(c->metrics_port, 9477);
+  EXPECT_TRUE(c->store.cost_model.has_value());
+  EXPECT_EQ(c->server.tenants.size(), 2u);
+}
+
+TEST(ServeConfig, MistakesAreNamed) {
+  const std::string tiers = "data_dir: /tmp/x\ntiers:\n  - kind: cpu_dram\n    capacity: 1GiB\n";
+  struct Case {
+    std::string yaml, needle;
+  };
+  const std::vector<Case> cases = {
+      {tiers + "colour: blue\n", "unknown key 'colour'"},
+      {tiers + "store:\n  persistence: sometimes\n", "store.persistence"},
+      {tiers + "store:\n  policy: random\n", "store.policy"},
+      {tiers + "store: fast\n", "store must be a map"},
+      {tiers + "listen:\n  tcp: true\n  tcp_host: 0.0.0.0\n", "auth_token"},
+      {tiers + "listen:\n  metrics_port: 70000\n", "metrics_port"},
+      {tiers + "tenants:\n  - name: a\n  - name: a\n", "listed twice"},
+      {tiers + "limits:\n  max_frame_bytes: 10\n", "max_frame_bytes"},
+      {tiers + "model:\n  name: no-such-model\n", "model.name"},
+      {"tiers: [\n", "not valid YAML"},
+  };
+  for (const Case& c : cases) {
+    Result<ServeConfig> parsed = ParseServeConfig(c.yaml, "test.yaml");
+    ASSERT_FALSE(parsed.ok()) << c.yaml;
+    EXPECT_TRUE(parsed.status().code() == StatusCode::kInvalidArgument || parsed.status().code() == StatusCode::kNotFound);
+    EXPECT_NE(parsed.status().message().find(c.needle), std::string::npos) << parsed.status().ToString();
+  }
+  Result<ServeConfig> ok = ParseServeConfig(tiers + "listen:\n  unix_socket: s.sock\nstore:\n  persistence: none\n", "t");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->server.unix_socket_path, "/tmp/x/s.sock");
+}
+
+}  // namespace
+}  // namespace kvtier

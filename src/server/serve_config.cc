@@ -1,0 +1,226 @@
+// `kvtier serve`'s configuration file (examples/serve.yaml is the annotated reference).
+#include <array>
+#include <filesystem>
+#include <string_view>
+
+#include "kvtier/cost_model.h"
+#include "kvtier/daemon.h"
+#include "kvtier/model_catalog.h"
+#include "util/json_document.h"
+#include "util/yaml_map.h"
+
+namespace kvtier {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::array<std::string_view, 6> kServeKeys = {"store", "model", "listen", "auth_token", "tenants", "limits"};
+
+std::string UnderDataDir(const std::string& data_dir, const std::string& path) {
+  return path.empty() || fs::path(path).is_absolute() ? path : (fs::path(data_dir) / path).string();
+}
+
+Status ParseStore(const YAML::Node& node, const std::string& where, ServeConfig& c) {
+  const YamlMap m(node, where);
+  KVTIER_RETURN_IF_ERROR(m.CheckKeys({"policy", "high_watermark", "low_watermark", "mover_threads", "prefetch",
+                                      "persistence", "persist_tier", "journal", "persist_sync"}));
+  if (m.Has("policy")) {
+    KVTIER_ASSIGN_OR_RETURN(std::string name, m.String("policy"));
+    Result<PolicyKind> policy = ParsePolicyKind(name);
+    if (!policy.ok()) return policy.status().WithContext(where + ".policy");
+    c.store.policy = *policy;
+  }
+  if (m.Has("high_watermark")) {
+    KVTIER_ASSIGN_OR_RETURN(c.store.high_watermark, m.Double("high_watermark", 0.01, 1));
+  }
+  if (m.Has("low_watermark")) {
+    KVTIER_ASSIGN_OR_RETURN(c.store.low_watermark, m.Double("low_watermark", 0, 1));
+  }
+  if (m.Has("mover_threads")) {
+    KVTIER_ASSIGN_OR_RETURN(c.store.mover_threads, m.SmallInt("mover_threads", 1, 64));
+  }
+  if (m.Has("prefetch")) {
+    KVTIER_ASSIGN_OR_RETURN(c.store.prefetch, m.Bool("prefetch"));
+  }
+  if (m.Has("persistence")) {
+    KVTIER_ASSIGN_OR_RETURN(std::string mode, m.String("persistence"));
+    if (mode == "write_through") {
+      c.persist = PersistChoice::kWriteThrough;
+    } else if (mode == "on_shutdown") {
+      c.persist = PersistChoice::kOnShutdown;
+    } else if (mode == "none") {
+      c.persist = PersistChoice::kNone;
+    } else {
+      return Status::InvalidArgument(where + ".persistence: '" + mode + "' is not write_through, on_shutdown or none");
+    }
+  }
+  if (m.Has("persist_tier")) {
+    KVTIER_ASSIGN_OR_RETURN(c.persist_tier, m.String("persist_tier"));
+  }
+  if (m.Has("journal")) {
+    KVTIER_ASSIGN_OR_RETURN(std::string journal, m.String("journal"));
+    c.journal_path = UnderDataDir(c.tiers.data_dir, journal);
+  }
+  if (m.Has("persist_sync")) {
+    KVTIER_ASSIGN_OR_RETURN(c.persist_sync, m.Bool("persist_sync"));
+  }
+  return c.store.Validate();
+}
+
+// The served model on its GPUs: the cost model behind Lookup's load-or-recompute decisions
+// and the Bayesian policy's value of a block.
+Status ParseModel(const YAML::Node& node, const std::string& where, ServeConfig& c) {
+  const YamlMap m(node, where);
+  KVTIER_RETURN_IF_ERROR(m.CheckKeys({"name", "gpu", "tensor_parallel", "block_tokens"}));
+  KVTIER_ASSIGN_OR_RETURN(std::string name, m.String("name"));
+  std::string gpu_name = "h100";
+  if (m.Has("gpu")) {
+    KVTIER_ASSIGN_OR_RETURN(gpu_name, m.String("gpu"));
+  }
+  int64_t tensor_parallel = 1, block_tokens = 16;
+  if (m.Has("tensor_parallel")) {
+    KVTIER_ASSIGN_OR_RETURN(tensor_parallel, m.Int("tensor_parallel", 1, 1024));
+  }
+  if (m.Has("block_tokens")) {
+    KVTIER_ASSIGN_OR_RETURN(block_tokens, m.Int("block_tokens", 1, 65536));
+  }
+  Result<ModelSpec> model = LoadCatalogModel(name);
+  if (!model.ok()) return model.status().WithContext(where + ".name");
+  Result<GpuSpec> gpu = GpuPreset(gpu_name);
+  if (!gpu.ok()) return gpu.status().WithContext(where + ".gpu");
+  Result<PrefillCostModel> cost = PrefillCostModel::Create(*model, *gpu, tensor_parallel);
+  if (!cost.ok()) return cost.status().WithContext(where);
+  c.store.cost_model = *cost;
+  c.store.recompute_seconds_per_token =
+      cost->RecomputeSeconds(static_cast<uint64_t>(block_tokens), 0) / static_cast<double>(block_tokens);
+  return Status::Ok();
+}
+
+Status ParseListen(const YAML::Node& node, const std::string& where, ServeConfig& c) {
+  const YamlMap m(node, where);
+  KVTIER_RETURN_IF_ERROR(m.CheckKeys({"unix_socket", "tcp", "tcp_host", "tcp_port", "metrics_host", "metrics_port"}));
+  if (m.Has("unix_socket")) {
+    KVTIER_ASSIGN_OR_RETURN(std::string path, m.String("unix_socket"));
+    c.server.unix_socket_path = UnderDataDir(c.tiers.data_dir, path);
+  }
+  if (m.Has("tcp")) {
+    KVTIER_ASSIGN_OR_RETURN(c.server.tcp, m.Bool("tcp"));
+  }
+  if (m.Has("tcp_host")) {
+    KVTIER_ASSIGN_OR_RETURN(c.server.tcp_host, m.String("tcp_host"));
+  }
+  if (m.Has("tcp_port")) {
+    KVTIER_ASSIGN_OR_RETURN(int64_t port, m.Int("tcp_port", 0, 65535));
+    c.server.tcp_port = static_cast<uint16_t>(port);
+  }
+  if (m.Has("metrics_host")) {
+    KVTIER_ASSIGN_OR_RETURN(c.metrics_host, m.String("metrics_host"));
+  }
+  if (m.Has("metrics_port")) {
+    KVTIER_ASSIGN_OR_RETURN(c.metrics_port, m.SmallInt("metrics_port", -1, 65535));
+  }
+  return Status::Ok();
+}
+
+Status ParseLimits(const YAML::Node& node, const std::string& where, ServerOptions& s) {
+  const YamlMap m(node, where);
+  KVTIER_RETURN_IF_ERROR(m.CheckKeys({"max_connections", "max_frame_bytes", "max_batch", "max_segments_per_client",
+                                      "max_shared_bytes_per_client", "max_pins_per_client", "io_timeout_ms"}));
+  if (m.Has("max_connections")) {
+    KVTIER_ASSIGN_OR_RETURN(int64_t v, m.Int("max_connections", 1, 1 << 20));
+    s.max_connections = static_cast<uint32_t>(v);
+  }
+  if (m.Has("max_frame_bytes")) {
+    KVTIER_ASSIGN_OR_RETURN(uint64_t v, m.Bytes("max_frame_bytes"));
+    if (v < 64 || v > (uint64_t{1} << 31)) return Status::InvalidArgument(where + ".max_frame_bytes: from 64 B to 2 GiB");
+    s.limits.max_payload_bytes = static_cast<uint32_t>(v);
+  }
+  if (m.Has("max_batch")) {
+    KVTIER_ASSIGN_OR_RETURN(int64_t v, m.Int("max_batch", 1, 1 << 24));
+    s.limits.max_batch = static_cast<uint32_t>(v);
+  }
+  if (m.Has("max_segments_per_client")) {
+    KVTIER_ASSIGN_OR_RETURN(int64_t v, m.Int("max_segments_per_client", 0, 64));
+    s.max_segments_per_client = static_cast<uint32_t>(v);
+  }
+  if (m.Has("max_shared_bytes_per_client")) {
+    KVTIER_ASSIGN_OR_RETURN(s.max_shared_bytes_per_client, m.Bytes("max_shared_bytes_per_client"));
+  }
+  if (m.Has("max_pins_per_client")) {
+    KVTIER_ASSIGN_OR_RETURN(int64_t v, m.Int("max_pins_per_client", 0, 1 << 24));
+    s.max_pins_per_client = static_cast<uint32_t>(v);
+  }
+  if (m.Has("io_timeout_ms")) {
+    KVTIER_ASSIGN_OR_RETURN(s.io_timeout_ms, m.SmallInt("io_timeout_ms", 0, 3600 * 1000));
+  }
+  return Status::Ok();
+}
+
+Status ParseTenants(const YAML::Node& node, const std::string& where, ServerOptions& s) {
+  if (!node.IsSequence()) return Status::InvalidArgument(where + " must be a list of {name, auth_token}");
+  std::size_t i = 0;
+  for (const YAML::Node& item : node) {
+    const std::string here = where + "[" + std::to_string(i++) + "]";
+    if (!item.IsMap()) return Status::InvalidArgument(here + " must be a map with 'name'");
+    const YamlMap m(item, here);
+    KVTIER_RETURN_IF_ERROR(m.CheckKeys({"name", "auth_token"}));
+    TenantOptions t;
+    KVTIER_ASSIGN_OR_RETURN(t.name, m.String("name"));
+    if (m.Has("auth_token")) {
+      KVTIER_ASSIGN_OR_RETURN(t.auth_token, m.String("auth_token"));
+    }
+    for (const TenantOptions& other : s.tenants) {
+      if (other.name == t.name) return Status::InvalidArgument(here + ": tenant '" + t.name + "' is listed twice");
+    }
+    s.tenants.push_back(std::move(t));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+ServeConfig DefaultServeConfig(const std::string& data_dir) {
+  ServeConfig c;
+  c.tiers.data_dir = data_dir;
+  c.tiers.tiers.push_back(DramTierOptions{.capacity_bytes = uint64_t{1} << 30});
+  NvmeTierOptions disk;
+  disk.name = "disk";
+  disk.files = {(fs::path(data_dir) / "disk" / "slab.0").string()};
+  disk.capacity_bytes = uint64_t{4} << 30;
+  c.tiers.tiers.push_back(disk);
+  c.journal_path = (fs::path(data_dir) / "store.journal").string();
+  c.server.unix_socket_path = (fs::path(data_dir) / "kvtier.sock").string();
+  return c;
+}
+
+Result<ServeConfig> ParseServeConfig(const std::string& yaml_text, const std::string& source) {
+  KVTIER_ASSIGN_OR_RETURN(TierConfig tiers, ParseTierConfig(yaml_text, source, kServeKeys));
+  ServeConfig c = DefaultServeConfig(tiers.data_dir);
+  c.tiers = std::move(tiers);
+  YAML::Node root = YAML::Load(yaml_text);  // ParseTierConfig has checked that it parses
+  try {
+    for (const char* section : {"store", "model", "listen", "limits"}) {
+      if (root[section] && !root[section].IsMap()) return Status::InvalidArgument(source + ": " + section + " must be a map");
+    }
+    if (root["store"]) KVTIER_RETURN_IF_ERROR(ParseStore(root["store"], source + ": store", c));
+    if (root["model"]) KVTIER_RETURN_IF_ERROR(ParseModel(root["model"], source + ": model", c));
+    if (root["listen"]) KVTIER_RETURN_IF_ERROR(ParseListen(root["listen"], source + ": listen", c));
+    if (root["auth_token"]) {
+      if (!root["auth_token"].IsScalar()) return Status::InvalidArgument(source + ": auth_token must be a string");
+      c.server.auth_token = root["auth_token"].as<std::string>();
+    }
+    if (root["tenants"]) KVTIER_RETURN_IF_ERROR(ParseTenants(root["tenants"], source + ": tenants", c.server));
+    if (root["limits"]) KVTIER_RETURN_IF_ERROR(ParseLimits(root["limits"], source + ": limits", c.server));
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(source + ": unexpected YAML shape (" + e.what() + ")");
+  }
+  if (Status valid = c.server.Validate(); !valid.ok()) return valid.WithContext(source);
+  return c;
+}
+
+Result<ServeConfig> LoadServeConfig(const std::string& path) {
+  KVTIER_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  return ParseServeConfig(text, path);
+}
+
+}  // namespace kvtier
