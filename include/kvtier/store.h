@@ -207,7 +207,8 @@ class TieredStore {
   // stored) or none. Blocks already stored are touched, not rewritten. A block no tier
   // admits is refused: it and the blocks after it are not stored (a prefix cache cannot use
   // a block after a gap). Errors: InvalidArgument for a malformed request; NotFound for an
-  // unknown parent; the first tier error when a block could be written nowhere. With
+  // unknown parent; the first tier error when a block could be written nowhere (a tier that
+  // is Unavailable, e.g. a remote pool that is down, refuses instead: a miss later). With
   // write-through persistence a block is acknowledged once it and its journal record are
   // written; a persist tier without room refuses it, and an I/O error of that tier or the
   // journal fails the Put (the chain's blocks before it stay stored and durable).
@@ -218,7 +219,8 @@ class TieredStore {
 
   // Reads the stored prefix of `keys` into `outs` (one buffer per key, in order; ignored in a
   // metadata-only store), stopping at the first block that is not stored; returns the blocks
-  // read, and their sizes in `sizes` when it is not empty (one entry per key). Reads from
+  // read, and their sizes in `sizes` when it is not empty (one entry per key). A block whose
+  // copy is in a tier that is Unavailable ends the read there, as a miss. Reads from
   // lower tiers promote and prefetch as the options say. `transition` is the access's type.
   Result<std::size_t> Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
                           TransitionType transition = TransitionType::kSameToolRepeat,

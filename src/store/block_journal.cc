@@ -137,6 +137,18 @@ Result<std::unique_ptr<BlockJournal>> BlockJournal::Create(const std::string& pa
   return std::unique_ptr<BlockJournal>(new BlockJournal(path, std::move(fd), bytes.size(), records.size(), sync));
 }
 
+Result<std::unique_ptr<BlockJournal>> BlockJournal::OpenExisting(const std::string& path, bool sync) {
+  KVTIER_ASSIGN_OR_RETURN(Contents contents, Read(path));
+  ScopedFd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(path, "open", errno);
+  const uint64_t end = kHeaderBytes + contents.records.size() * kRecordBytes;
+  // Shrinking needs no space, so this works on a full disk too.
+  if (contents.ignored_bytes > 0 && ::ftruncate(fd.get(), static_cast<off_t>(end)) != 0) {
+    return ErrnoStatus(path, "truncate the torn tail", errno);
+  }
+  return std::unique_ptr<BlockJournal>(new BlockJournal(path, std::move(fd), end, contents.records.size(), sync));
+}
+
 BlockJournal::BlockJournal(std::string path, ScopedFd fd, uint64_t end, uint64_t records, bool sync)
     : path_(std::move(path)), fd_(std::move(fd)), sync_(sync), end_(end), records_(records) {}
 

@@ -68,6 +68,10 @@ class BlockJournal {
   static Result<std::unique_ptr<BlockJournal>> Create(const std::string& path, std::span<const JournalRecord> records,
                                                       bool sync);
 
+  // Opens the journal at `path` as it is for appending, its torn tail (if any) cut off: the
+  // fallback when Create cannot rewrite it (no room on a full disk for the compacted copy).
+  static Result<std::unique_ptr<BlockJournal>> OpenExisting(const std::string& path, bool sync);
+
   // Appends the records (written with one call, synced when the journal was created with
   // `sync` and `durable` is set). IoError when the write fails: the journal then ends where
   // it ended before the call, or, if it cannot be cut back, refuses every later append.

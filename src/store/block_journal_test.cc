@@ -90,6 +90,24 @@ TEST_F(BlockJournalTest, ReadStopsAtATornOrCorruptRecord) {
                                      2 * BlockJournal::kRecordBytes);
 }
 
+TEST_F(BlockJournalTest, OpenExistingCutsTheTornTailAndAppendsAfterIt) {
+  std::vector<JournalRecord> records;
+  for (uint64_t n = 1; n <= 3; ++n) records.push_back(Put(n, std::nullopt));
+  ASSERT_TRUE(BlockJournal::Create(path_, records, false).ok());
+  std::filesystem::resize_file(path_, std::filesystem::file_size(path_) - 10);  // record 3 torn
+  Result<std::unique_ptr<BlockJournal>> journal = BlockJournal::OpenExisting(path_, false);
+  ASSERT_TRUE(journal.ok()) << journal.status().ToString();
+  EXPECT_EQ((*journal)->records(), 2u);
+  const std::vector<JournalRecord> more = {Put(9, std::nullopt)};
+  ASSERT_TRUE((*journal)->Append(more, true).ok());
+  Result<BlockJournal::Contents> read = BlockJournal::Read(path_);
+  ASSERT_TRUE(read.ok());
+  ASSERT_EQ(read->records.size(), 3u);
+  EXPECT_EQ(read->records[2].key, more[0].key);
+  EXPECT_EQ(read->ignored_bytes, 0u);
+  EXPECT_EQ(BlockJournal::OpenExisting(dir_ + "/absent", false).status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(BlockJournalTest, MissingFileIsNotFoundAndForeignFileIsCorruption) {
   EXPECT_EQ(BlockJournal::Read(path_).status().code(), StatusCode::kNotFound);
   std::ofstream(path_) << "definitely not a journal";

@@ -10,6 +10,7 @@
 #include <bit>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <mutex>
 #include <unordered_map>
 
@@ -447,7 +448,20 @@ struct TieredStore::Impl {
     for (std::size_t i = 0; i < live.size(); ++i) {
       if (!intact[i]) (void)tier.Evict(live[i].key);
     }
-    KVTIER_ASSIGN_OR_RETURN(journal, BlockJournal::Create(po.journal_path, recovered, po.sync));
+    Result<std::unique_ptr<BlockJournal>> compacted = BlockJournal::Create(po.journal_path, recovered, po.sync);
+    if (compacted.ok()) {
+      journal = std::move(*compacted);
+      return Status::Ok();
+    }
+    // No room for the compacted copy (a full disk): a store that serves what it recovered
+    // beats one that does not start, so go on with the journal as it is. Its records of the
+    // blocks just dropped are harmless: the next recovery finds them gone from the tier.
+    std::error_code ignored;
+    std::filesystem::remove(po.journal_path + ".tmp", ignored);
+    if (!std::filesystem::exists(po.journal_path)) return compacted.status();
+    Result<std::unique_ptr<BlockJournal>> existing = BlockJournal::OpenExisting(po.journal_path, po.sync);
+    if (!existing.ok()) return compacted.status();
+    journal = std::move(*existing);
     return Status::Ok();
   }
 
@@ -938,7 +952,12 @@ Result<PutResult> TieredStore::Put(std::span<const BlockPut> blocks, const std::
       }
       if (!persisted.ok()) ++s.tiers[static_cast<std::size_t>(s.persist_tier)].stats.refused;
       result.refused_blocks += blocks.size() - i;
-      if (!placed.ok() && result.new_blocks + result.present_blocks == 0) return placed.status();
+      // A tier that is down (a remote pool) refuses like a full one: for a cache, a block it
+      // cannot hold now is a miss later, not a failure of the request.
+      if (!placed.ok() && placed.status().code() != StatusCode::kUnavailable &&
+          result.new_blocks + result.present_blocks == 0) {
+        return placed.status();
+      }
       break;
     }
     auto it = s.blocks.find(p.key);
@@ -1067,6 +1086,8 @@ Result<std::size_t> TieredStore::Get(std::span<const BlockKey> keys, std::span<c
           s.RemoveFromTierLocked(key, t, here);
           corrupt_copies.push_back({t, key});
         }
+      } else if (n.code() == StatusCode::kUnavailable) {
+        break;  // its tier is down (a remote pool): a miss from here on, not an error
       } else if (n.code() != StatusCode::kNotFound) {
         return n.WithContext("store: reading block " + std::to_string(i));
       }
