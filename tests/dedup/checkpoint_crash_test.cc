@@ -11,15 +11,11 @@
 #include <random>
 #include <thread>
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include "dedup/checkpoint_test_util.h"
 #include "kvtier/checkpoint.h"
+#include "testing/killed_child.h"
 
 namespace kvtier {
 namespace {
@@ -43,19 +39,12 @@ constexpr int kRounds = 20;
   for (uint64_t g = first; g < first + kGenerationsPerChild; ++g) {
     if (!AddTestBlocks(index, *store, (g - 1) * kBlocksPerGeneration, g * kBlocksPerGeneration)) ::_exit(2);
     if (!WriteCheckpoint(dir, index, *store).ok()) ::_exit(3);
-    if (::write(report_fd, &g, sizeof(g)) != static_cast<ssize_t>(sizeof(g))) ::_exit(4);
+    testing::SendReport(report_fd, g);
   }
   ::_exit(0);
 }
 
 // The highest generation the child reported, or `floor` if it reported none.
-uint64_t LastReported(int report_fd, uint64_t floor) {
-  uint64_t last = floor;
-  uint64_t g = 0;
-  while (::read(report_fd, &g, sizeof(g)) == static_cast<ssize_t>(sizeof(g))) last = std::max(last, g);
-  return last;
-}
-
 // Checks that the restored cache is exactly generation `g`.
 void ExpectGeneration(const PrefixIndex& index, const PayloadStore& store, uint64_t g) {
   const uint64_t blocks = g * kBlocksPerGeneration;
@@ -92,23 +81,11 @@ TEST(CheckpointCrash, SigkillAtRandomPointsNeverLeavesATornCheckpoint) {
   uint64_t durable = 0;  // generation the directory is known to hold; 0 = none completed
   int temp_left = 0;      // rounds that ended with a temporary file: a kill came mid-write
   for (int round = 0; round < kRounds && std::chrono::steady_clock::now() < deadline; ++round) {
-    int fds[2];
-    ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
-    const pid_t child = ::fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-      ::close(fds[0]);
-      WriteCheckpointsUntilKilled(dir, durable + 1, fds[1]);
-    }
-    ::close(fds[1]);
-    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, window_us)(rng)));
-    ::kill(child, SIGKILL);
-    int wait_status = 0;
-    ASSERT_EQ(::waitpid(child, &wait_status, 0), child);
-    ASSERT_TRUE(WIFSIGNALED(wait_status) || (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0))
-        << "round " << round << ": the writer failed with exit code " << WEXITSTATUS(wait_status);
-    const uint64_t reported = LastReported(fds[0], durable);
-    ::close(fds[0]);
+    const Result<std::vector<uint64_t>> reports = testing::RunChildUntilKilled<uint64_t>(
+        [&](int report_fd) { WriteCheckpointsUntilKilled(dir, durable + 1, report_fd); },
+        std::chrono::microseconds(std::uniform_int_distribution<int>(0, window_us)(rng)));
+    ASSERT_TRUE(reports.ok()) << "round " << round << ": " << reports.status().ToString();
+    const uint64_t reported = reports->empty() ? durable : std::max(durable, reports->back());
     window_us = reported == durable ? std::min(2 * window_us, 640000) : std::max(window_us / 2, 40000);
     if (std::filesystem::exists(dir + "/checkpoint.kvt.tmp")) ++temp_left;
 

@@ -12,15 +12,11 @@
 #include <random>
 #include <thread>
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include "kvtier/store.h"
 #include "kvtier/tiers.h"
+#include "testing/killed_child.h"
 
 namespace kvtier {
 namespace {
@@ -78,8 +74,7 @@ Result<std::unique_ptr<TieredStore>> OpenStore(const std::string& dir) {
       Result<PutResult> r = (*store)->Put(puts, parent);
       if (!r.ok()) ::_exit(3);
       if (r->refused_blocks > 0) ::_exit(0);  // full: the round ends
-      const Report report{chain, half * 4 + 4};
-      if (::write(report_fd, &report, sizeof report) != static_cast<ssize_t>(sizeof report)) ::_exit(4);
+      testing::SendReport(report_fd, Report{chain, half * 4 + 4});
     }
   }
   ::_exit(0);
@@ -92,28 +87,11 @@ TEST(StorePersistCrash, SigkillDuringWriteThroughPutsLosesNoAcknowledgedBlock) {
   std::map<uint64_t, uint64_t> acknowledged;  // chain -> blocks
   uint64_t next_chain = 0;
   for (int round = 0; round < kRounds; ++round) {
-    int fds[2];
-    ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
-    const pid_t child = ::fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-      ::close(fds[0]);
-      PutUntilKilled(dir, next_chain, fds[1]);
-    }
-    ::close(fds[1]);
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(200, 600)(rng)));
-    ::kill(child, SIGKILL);
-    int wait_status = 0;
-    ASSERT_EQ(::waitpid(child, &wait_status, 0), child);
-    ASSERT_TRUE(WIFSIGNALED(wait_status) || (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0))
-        << "round " << round << ": the writer failed with exit code " << WEXITSTATUS(wait_status);
-    Report r;
-    uint64_t reports = 0;
-    while (::read(fds[0], &r, sizeof r) == static_cast<ssize_t>(sizeof r)) {
-      acknowledged[r.chain] = r.blocks;
-      ++reports;
-    }
-    ::close(fds[0]);
+    const Result<std::vector<Report>> reports = testing::RunChildUntilKilled<Report>(
+        [&](int report_fd) { PutUntilKilled(dir, next_chain, report_fd); },
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(200, 600)(rng)));
+    ASSERT_TRUE(reports.ok()) << "round " << round << ": " << reports.status().ToString();
+    for (const Report& r : *reports) acknowledged[r.chain] = r.blocks;
     next_chain += kChainsPerRound;
 
     Result<std::unique_ptr<TieredStore>> store = OpenStore(dir);
@@ -141,7 +119,7 @@ TEST(StorePersistCrash, SigkillDuringWriteThroughPutsLosesNoAcknowledgedBlock) {
     EXPECT_EQ((*store)->GetStats().corrupt_blocks, 0u);
     std::printf("round %d: %llu reports, %llu blocks acknowledged, %llu recovered, %llu dropped, "
                 "%llu journal bytes ignored\n",
-                round, static_cast<unsigned long long>(reports), static_cast<unsigned long long>(blocks),
+                round, static_cast<unsigned long long>(reports->size()), static_cast<unsigned long long>(blocks),
                 static_cast<unsigned long long>(stats.recovered_blocks),
                 static_cast<unsigned long long>(stats.recovery_dropped_blocks),
                 static_cast<unsigned long long>(stats.journal_ignored_bytes));

@@ -9,13 +9,9 @@
 #include <random>
 #include <thread>
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
+#include "testing/killed_child.h"
 #include "tier/nvme_tier.h"
 
 namespace kvtier {
@@ -46,18 +42,13 @@ struct Report {
     if (n % 7 == 3 && n > first) {  // evict an earlier key of this round now and then
       const uint64_t victim = n - 1;
       // Announced first: a kill between the eviction and its report leaves either state.
-      const Report announce{victim, kEvicting};
-      if (::write(report_fd, &announce, sizeof announce) != static_cast<ssize_t>(sizeof announce)) ::_exit(4);
-      if ((*tier)->Evict(Key(victim)).ok()) {
-        const Report r{victim, kEvicted};
-        if (::write(report_fd, &r, sizeof r) != static_cast<ssize_t>(sizeof r)) ::_exit(4);
-      }
+      testing::SendReport(report_fd, Report{victim, kEvicting});
+      if ((*tier)->Evict(Key(victim)).ok()) testing::SendReport(report_fd, Report{victim, kEvicted});
     }
     const Status s = (*tier)->Write(Key(n), Payload(n));
     if (s.code() == StatusCode::kResourceExhausted) ::_exit(0);  // full: the round ends
     if (!s.ok()) ::_exit(3);
-    const Report r{n, kStored};
-    if (::write(report_fd, &r, sizeof r) != static_cast<ssize_t>(sizeof r)) ::_exit(4);
+    testing::SendReport(report_fd, Report{n, kStored});
   }
   ::_exit(0);
 }
@@ -70,28 +61,11 @@ TEST(NvmeCrash, SigkillDuringWritesLosesNoAcknowledgedBlock) {
   std::map<uint64_t, State> acknowledged;  // the last state the child reported
   uint64_t next_key = 0;
   for (int round = 0; round < kRounds; ++round) {
-    int fds[2];
-    ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
-    const pid_t child = ::fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-      ::close(fds[0]);
-      WriteUntilKilled(options, next_key, fds[1]);
-    }
-    ::close(fds[1]);
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(20, 200)(rng)));
-    ::kill(child, SIGKILL);
-    int wait_status = 0;
-    ASSERT_EQ(::waitpid(child, &wait_status, 0), child);
-    ASSERT_TRUE(WIFSIGNALED(wait_status) || (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0))
-        << "round " << round << ": the writer failed with exit code " << WEXITSTATUS(wait_status);
-    Report r;
-    uint64_t reports = 0;
-    while (::read(fds[0], &r, sizeof r) == static_cast<ssize_t>(sizeof r)) {
-      acknowledged[r.key] = r.state;
-      ++reports;
-    }
-    ::close(fds[0]);
+    const Result<std::vector<Report>> reports = testing::RunChildUntilKilled<Report>(
+        [&](int report_fd) { WriteUntilKilled(options, next_key, report_fd); },
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(20, 200)(rng)));
+    ASSERT_TRUE(reports.ok()) << "round " << round << ": " << reports.status().ToString();
+    for (const Report& r : *reports) acknowledged[r.key] = r.state;
     next_key += kKeysPerRound;
 
     Result<std::unique_ptr<NvmeTier>> tier = NvmeTier::Open(options);
@@ -116,7 +90,7 @@ TEST(NvmeCrash, SigkillDuringWritesLosesNoAcknowledgedBlock) {
     EXPECT_GE((*tier)->GetStats().blocks, stored);
     EXPECT_EQ((*tier)->GetStats().checksum_failures, 0u);
     std::printf("round %d: %llu reports, %llu blocks acknowledged and stored\n", round,
-                static_cast<unsigned long long>(reports), static_cast<unsigned long long>(stored));
+                static_cast<unsigned long long>(reports->size()), static_cast<unsigned long long>(stored));
     // Empty the tier between rounds so the next child has room (and evictions get tested).
     for (auto& [key, state] : acknowledged) {
       if (state != kEvicted) (void)(*tier)->Evict(Key(key));
