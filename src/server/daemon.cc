@@ -43,6 +43,11 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(ServeConfig config) {
   impl->config = std::move(config);
   const ServeConfig& c = impl->config;
   StoreOptions store_options = c.store;
+  if (c.persist != PersistChoice::kNone && c.store.head_layout) {
+    return Status::InvalidArgument(
+        "model.head_granular splits blocks across tiers, which persistence does not record yet; "
+        "set store.persistence: none to use it");
+  }
   if (c.persist != PersistChoice::kNone) {
     KVTIER_ASSIGN_OR_RETURN(std::size_t tier, PersistTierIndex(c));
     store_options.persistence = PersistenceOptions{

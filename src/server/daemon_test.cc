@@ -123,6 +123,31 @@ TEST_F(DaemonTest, PersistenceWithoutADiskTierIsRefused) {
   EXPECT_TRUE(Daemon::Start(config).ok());
 }
 
+TEST_F(DaemonTest, HeadGranularTakesImportanceReportsOverTheWire) {
+  const std::string yaml = "data_dir: " + dir_ +
+                           "\ntiers:\n  - kind: cpu_dram\n    capacity: 64MiB\n    lock_memory: false\n"
+                           "  - kind: cpu_dram\n    name: slow\n    capacity: 64MiB\n    lock_memory: false\n"
+                           "model:\n  name: Llama-3.1-8B\n  head_granular: true\n"
+                           "listen:\n  metrics_port: -1\n";
+  Result<ServeConfig> config = ParseServeConfig(yaml + "store:\n  persistence: none\n", "head.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_TRUE(config->store.head_layout.has_value());
+  EXPECT_EQ(config->store.head_layout->kv_heads, 8u);  // Llama-3.1-8B: 8 KV heads
+  Result<std::unique_ptr<Daemon>> daemon = Daemon::Start(*config);
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  auto client = Client::ConnectUnix((*daemon)->server().unix_socket_path(), {.shared_memory_bytes = 1 << 20});
+  ASSERT_TRUE(client.ok());
+  const std::vector<protocol::ImportanceReport> good = {{.layer = 0, .head = 7, .value = 0.9}, {.layer = 31, .head = 0, .value = 0.1}};
+  EXPECT_TRUE((*client)->ReportImportance(good).ok());
+  const std::vector<protocol::ImportanceReport> bad = {{.layer = 0, .head = 8, .value = 1}};
+  EXPECT_EQ((*client)->ReportImportance(bad).code(), StatusCode::kInvalidArgument);
+  // Persistence does not record split blocks yet: the combination is refused with a reason.
+  Result<ServeConfig> persisted = ParseServeConfig(yaml, "head.yaml");
+  ASSERT_TRUE(persisted.ok());
+  persisted->tiers.data_dir = dir_ + "/other";
+  EXPECT_EQ(Daemon::Start(*persisted).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(ServeConfig, TheShippedExampleParses) {
   Result<ServeConfig> c = LoadServeConfig(std::string(KVTIER_TEST_FIXTURES) + "/../../examples/serve.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();

@@ -5,6 +5,8 @@
 
 #include "kvtier/cost_model.h"
 #include "kvtier/daemon.h"
+#include "kvtier/head_importance.h"
+#include "kvtier/kv_block_layout.h"
 #include "kvtier/model_catalog.h"
 #include "util/json_document.h"
 #include "util/yaml_map.h"
@@ -71,7 +73,8 @@ Status ParseStore(const YAML::Node& node, const std::string& where, ServeConfig&
 // and the Bayesian policy's value of a block.
 Status ParseModel(const YAML::Node& node, const std::string& where, ServeConfig& c) {
   const YamlMap m(node, where);
-  KVTIER_RETURN_IF_ERROR(m.CheckKeys({"name", "gpu", "tensor_parallel", "block_tokens"}));
+  KVTIER_RETURN_IF_ERROR(
+      m.CheckKeys({"name", "gpu", "tensor_parallel", "block_tokens", "head_granular", "kv_element_bytes"}));
   KVTIER_ASSIGN_OR_RETURN(std::string name, m.String("name"));
   std::string gpu_name = "h100";
   if (m.Has("gpu")) {
@@ -93,6 +96,26 @@ Status ParseModel(const YAML::Node& node, const std::string& where, ServeConfig&
   c.store.cost_model = *cost;
   c.store.recompute_seconds_per_token =
       cost->RecomputeSeconds(static_cast<uint64_t>(block_tokens), 0) / static_cast<double>(block_tokens);
+  bool head_granular = false;
+  if (m.Has("head_granular")) {
+    KVTIER_ASSIGN_OR_RETURN(head_granular, m.Bool("head_granular"));
+  }
+  if (!head_granular) return Status::Ok();
+  // Head-granular eviction: blocks of exactly this layout's size demote their least
+  // important heads first, ranked by the engines' Importance reports.
+  int64_t element_bytes = 2;
+  if (m.Has("kv_element_bytes")) {
+    KVTIER_ASSIGN_OR_RETURN(element_bytes, m.Int("kv_element_bytes", 1, 8));
+  }
+  Result<KvBlockLayout> layout = KvBlockLayout::ForModel(*model, static_cast<uint32_t>(block_tokens),
+                                                         static_cast<uint32_t>(element_bytes),
+                                                         static_cast<int>(tensor_parallel));
+  if (!layout.ok()) return layout.status().WithContext(where + ".head_granular");
+  Result<std::unique_ptr<HeadImportance>> importance = HeadImportance::Create(layout->layers, layout->kv_heads);
+  if (!importance.ok()) return importance.status().WithContext(where + ".head_granular");
+  c.store.head_layout = *layout;
+  c.store.head_importance = std::move(*importance);
+  c.server.head_importance = c.store.head_importance;
   return Status::Ok();
 }
 
