@@ -136,6 +136,12 @@ void RenderStore(const StoreStats& s, Exposition& e) {
   e.Single("kvtier_mover_queue_depth", "gauge", "Block moves queued for the mover threads.", s.queued_moves);
   e.Single("kvtier_pinned_blocks", "gauge", "Blocks pinned now.", s.pinned_blocks);
   e.Single("kvtier_index_blocks", "gauge", "Blocks in the prefix index.", s.index_blocks);
+  e.Single("kvtier_recovered_blocks", "gauge", "Blocks recovered from the persist tier when the store opened.",
+           s.recovered_blocks);
+  e.Single("kvtier_recovery_dropped_blocks", "gauge",
+           "Journaled blocks dropped when the store opened (missing, corrupt, or under a dropped parent).",
+           s.recovery_dropped_blocks);
+  e.Single("kvtier_journal_records", "gauge", "Records in the block journal now.", s.journal_records);
 }
 
 // "0.3-0.4": bin i of CalibrationReport's ten.

@@ -299,6 +299,7 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
         "kvtier_prefetch_wasted_blocks_total", "kvtier_prefetch_wasted_bytes_total", "kvtier_prefetch_window_blocks",
         "kvtier_recompute_preferred_total", "kvtier_head_splits_total", "kvtier_head_split_reads_total",
         "kvtier_head_importance_assumed", "kvtier_mover_queue_depth", "kvtier_pinned_blocks", "kvtier_index_blocks",
+        "kvtier_recovered_blocks", "kvtier_recovery_dropped_blocks", "kvtier_journal_records",
         "kvtier_predictor_reuse_alpha", "kvtier_predictor_reuse_beta", "kvtier_predictor_reuse_probability",
         "kvtier_predictor_observations_total", "kvtier_predictor_predictions_total", "kvtier_predictor_brier_score",
         "kvtier_predictor_brier_score_overall", "kvtier_predictor_reliability_predictions_total",
@@ -308,7 +309,7 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
         "kvtier_connections_rejected_total", "kvtier_frames_rejected_total", "kvtier_requests_in_flight"}) {
     EXPECT_TRUE(e.types.contains(family)) << family;
   }
-  EXPECT_EQ(e.types.size(), 47u) << "a family was added: list it here and in docs/metrics.md";
+  EXPECT_EQ(e.types.size(), 50u) << "a family was added: list it here and in docs/metrics.md";
 
   EXPECT_EQ(e.Value("kvtier_tier_capacity_bytes", {{"tier", "hbm"}, {"kind", "gpu_hbm"}}), 1 << 30);
   EXPECT_EQ(e.Value("kvtier_tier_blocks", {{"tier", "nvme0"}, {"kind", "nvme"}}), 0);
