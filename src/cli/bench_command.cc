@@ -6,6 +6,7 @@
 #include "dedup_benchmark.h"
 #include "index_benchmark.h"
 #include "replay_benchmark.h"
+#include "serve_benchmark.h"
 #include "tier_benchmark.h"
 
 namespace kvtier::cli {
@@ -75,6 +76,23 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   dedup->add_option("--dir", dedup_options->directory, "Checkpoint directory (default: a temporary one)");
   dedup->add_option("--seed", dedup_options->seed, "Workload seed")->capture_default_str();
   OnRun(dedup, dedup_options, &bench::RunDedupBenchmark, exit_code);
+
+  auto serve_options = std::make_shared<bench::ServeBenchmarkOptions>();
+  CLI::App* serve = bench->add_subcommand("serve", "The service under load from many clients vs the same load on the store in-process");
+  serve->add_option("--connect", serve_options->connect,
+                    "A running server's Unix socket (host:port with --tcp) (default: start a daemon in-process)");
+  serve->add_option("--clients", serve_options->clients, "Client threads, one connection each")->capture_default_str();
+  serve->add_option("--seconds", serve_options->seconds, "Seconds of load, for the baseline and for the service")->capture_default_str();
+  serve->add_option("--min-block-bytes", serve_options->min_block_bytes, "Smallest block (4 KiB multiple)")->capture_default_str();
+  serve->add_option("--max-block-bytes", serve_options->max_block_bytes, "Largest block (4 KiB multiple)")->capture_default_str();
+  serve->add_option("--mix", serve_options->mix, "lookup:put:get request weights")->capture_default_str();
+  serve->add_option("--chain-blocks", serve_options->chain_blocks, "Blocks per request")->capture_default_str();
+  serve->add_option("--recent-chains", serve_options->recent_chains, "Gets and lookups pick among a client's last N chains")
+      ->capture_default_str();
+  serve->add_flag("--tcp", serve_options->tcp, "TCP with inline payloads instead of the Unix socket and shared memory");
+  serve->add_option("--seed", serve_options->seed, "Workload seed")->capture_default_str();
+  serve->add_flag("--json", serve_options->json_flag, "Print JSON (the only format)");
+  OnRun(serve, serve_options, &bench::RunServeBenchmark, exit_code);
 }
 
 }  // namespace kvtier::cli

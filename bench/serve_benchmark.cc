@@ -1,0 +1,522 @@
+#include "serve_benchmark.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <random>
+#include <span>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvtier/client.h"
+#include "kvtier/daemon.h"
+
+namespace kvtier::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+enum Op : std::size_t { kLookup = 0, kPut = 1, kGet = 2 };
+constexpr std::array<const char*, 3> kOpNames = {"lookup", "put", "get"};
+constexpr uint64_t kPage = 4096;
+// What a TCP put frame carries besides its payloads, at most (keys, tags, references).
+constexpr uint64_t kFrameOverheadBytes = 64u << 10;
+
+Result<std::array<uint32_t, 3>> ParseMix(const std::string& mix) {
+  std::array<uint32_t, 3> weights{};
+  std::size_t pos = 0;
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    const std::size_t end = i + 1 < weights.size() ? mix.find(':', pos) : mix.size();
+    if (end == std::string::npos || end == pos) break;
+    const char* first = mix.data() + pos;
+    const char* last = mix.data() + end;
+    const auto [ptr, ec] = std::from_chars(first, last, weights[i]);
+    if (ec != std::errc() || ptr != last || weights[i] > 1'000'000) break;
+    pos = end + 1;
+    if (i + 1 == weights.size()) {
+      if (weights[0] + weights[1] + weights[2] == 0) break;
+      return weights;
+    }
+  }
+  return Status::InvalidArgument("--mix must be lookup:put:get weights (integers up to 1,000,000, not all 0), got '" + mix + "'");
+}
+
+uint64_t SplitMix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Chain `chain` of client `client`; `nonce` keeps runs against a long-lived server apart.
+BlockKey ChainKey(uint64_t nonce, uint64_t client, uint64_t chain, uint64_t i) {
+  return {(client << 32) + chain, (nonce << 16) + i + 1};
+}
+
+// The pattern of a block: 64-bit words derived from its key (so from client, chain, block).
+uint64_t PatternWord(uint64_t seed, std::size_t word) { return seed ^ (static_cast<uint64_t>(word) * 0x9E3779B97F4A7C15ull); }
+uint64_t PatternSeed(const BlockKey& key) { return SplitMix(key.hi ^ SplitMix(key.lo)); }
+
+void FillPattern(std::span<std::byte> bytes, const BlockKey& key) {
+  const uint64_t seed = PatternSeed(key);
+  for (std::size_t w = 0; w < bytes.size() / 8; ++w) {
+    const uint64_t v = PatternWord(seed, w);
+    std::memcpy(bytes.data() + w * 8, &v, 8);
+  }
+}
+
+bool CheckPattern(std::span<const std::byte> bytes, const BlockKey& key) {
+  const uint64_t seed = PatternSeed(key);
+  uint64_t diff = 0;
+  for (std::size_t w = 0; w < bytes.size() / 8; ++w) {
+    uint64_t v;
+    std::memcpy(&v, bytes.data() + w * 8, 8);
+    diff |= v ^ PatternWord(seed, w);
+  }
+  return diff == 0;
+}
+
+// What a client thread drives: the service through a Client, or the store in-process.
+class Driver {
+ public:
+  virtual ~Driver() = default;
+  // Room for one put and one get request: 2 * chain_blocks slots of max_block_bytes.
+  virtual std::span<std::byte> buffer() = 0;
+  // Returns the blocks stored (new or present); fewer than asked means refused.
+  virtual Result<std::size_t> Put(std::span<const BlockKey> keys, std::span<const std::span<const std::byte>> payloads) = 0;
+  // Returns the sizes of the blocks read (the stored prefix).
+  virtual Result<std::vector<uint32_t>> Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs) = 0;
+  // Returns the stored prefix length.
+  virtual Result<std::size_t> Lookup(std::span<const BlockKey> keys) = 0;
+};
+
+class StoreDriver final : public Driver {
+ public:
+  StoreDriver(TieredStore& store, std::size_t buffer_bytes) : store_(store), buffer_(buffer_bytes) {}
+  std::span<std::byte> buffer() override { return buffer_; }
+  Result<std::size_t> Put(std::span<const BlockKey> keys, std::span<const std::span<const std::byte>> payloads) override {
+    std::vector<BlockPut> blocks(keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) blocks[i] = {.key = keys[i], .payload = payloads[i], .tokens = 16};
+    KVTIER_ASSIGN_OR_RETURN(PutResult put, store_.Put(blocks));
+    return put.new_blocks + put.present_blocks;
+  }
+  Result<std::vector<uint32_t>> Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs) override {
+    std::vector<std::size_t> sizes(keys.size());
+    KVTIER_ASSIGN_OR_RETURN(std::size_t n, store_.Get(keys, outs, TransitionType::kSameToolRepeat, sizes));
+    std::vector<uint32_t> read(n);
+    for (std::size_t i = 0; i < n; ++i) read[i] = static_cast<uint32_t>(sizes[i]);
+    return read;
+  }
+  Result<std::size_t> Lookup(std::span<const BlockKey> keys) override { return store_.Lookup(keys).prefix_blocks; }
+
+ private:
+  TieredStore& store_;
+  std::vector<std::byte> buffer_;
+};
+
+class ClientDriver final : public Driver {
+ public:
+  explicit ClientDriver(std::unique_ptr<Client> client, std::size_t buffer_bytes) : client_(std::move(client)) {
+    if (client_->shared_memory().size() < buffer_bytes) own_.resize(buffer_bytes);  // TCP: payloads inline
+  }
+  std::span<std::byte> buffer() override { return own_.empty() ? client_->shared_memory() : std::span<std::byte>(own_); }
+  Result<std::size_t> Put(std::span<const BlockKey> keys, std::span<const std::span<const std::byte>> payloads) override {
+    std::vector<ClientBlock> blocks(keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) blocks[i] = {.key = keys[i], .payload = payloads[i], .tokens = 16};
+    KVTIER_ASSIGN_OR_RETURN(protocol::PutReply put, client_->Put(blocks));
+    return std::size_t{put.new_blocks} + put.present_blocks;
+  }
+  Result<std::vector<uint32_t>> Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs) override {
+    return client_->Get(keys, outs);
+  }
+  Result<std::size_t> Lookup(std::span<const BlockKey> keys) override {
+    KVTIER_ASSIGN_OR_RETURN(std::vector<protocol::ChainLookup> found, client_->Lookup({{keys.begin(), keys.end()}}));
+    if (found.size() != 1) return Status::Internal("kvtier server answered " + std::to_string(found.size()) + " chains for one");
+    return std::size_t{found[0].prefix_blocks};
+  }
+
+ private:
+  std::unique_ptr<Client> client_;
+  std::vector<std::byte> own_;
+};
+
+struct OpTally {
+  std::vector<float> latencies_us;
+  uint64_t bytes = 0;
+  uint64_t misses = 0;   // lookups and gets that found less than the whole chain
+  uint64_t refused = 0;  // puts the store did not wholly admit
+};
+
+struct ClientTally {
+  std::array<OpTally, 3> ops;
+  uint64_t errors = 0;
+  std::string first_error;
+
+  void Error(const std::string& message) {
+    if (errors++ == 0) first_error = message;
+  }
+};
+
+struct Chain {
+  uint64_t id = 0;
+  std::vector<uint32_t> sizes;
+};
+
+// One client's loop until `deadline`.
+void RunClient(Driver& driver, const ServeBenchmarkOptions& o, const std::array<uint32_t, 3>& mix, uint64_t nonce,
+               uint64_t client, Clock::time_point deadline, std::atomic<uint64_t>& ops_done, ClientTally& tally) {
+  std::mt19937_64 rng(SplitMix(o.seed * 1'000'003 + client));
+  std::discrete_distribution<std::size_t> pick_op(
+      {static_cast<double>(mix[0]), static_cast<double>(mix[1]), static_cast<double>(mix[2])});
+  std::uniform_int_distribution<uint64_t> pick_pages(o.min_block_bytes / kPage, o.max_block_bytes / kPage);
+  const auto n = static_cast<std::size_t>(o.chain_blocks);
+  const std::size_t slot = o.max_block_bytes;
+  const std::span<std::byte> put_area = driver.buffer().first(n * slot);
+  const std::span<std::byte> get_area = driver.buffer().subspan(n * slot, n * slot);
+  std::vector<Chain> recent;  // a ring of the last recent_chains stored chains
+  std::size_t ring = 0;
+  uint64_t next_chain = 0;
+  std::vector<BlockKey> keys(n);
+  std::vector<std::span<const std::byte>> payloads(n);
+  std::vector<std::span<std::byte>> outs(n);
+  while (Clock::now() < deadline) {
+    const Op op = recent.empty() ? kPut : static_cast<Op>(pick_op(rng));
+    OpTally& t = tally.ops[op];
+    const Chain* chain = nullptr;
+    if (op == kPut) {
+      Chain fresh{next_chain++, std::vector<uint32_t>(n)};
+      for (std::size_t i = 0; i < n; ++i) {
+        fresh.sizes[i] = static_cast<uint32_t>(pick_pages(rng) * kPage);
+        keys[i] = ChainKey(nonce, client, fresh.id, i);
+        const std::span<std::byte> payload = put_area.subspan(i * slot, fresh.sizes[i]);
+        FillPattern(payload, keys[i]);
+        payloads[i] = payload;
+      }
+      const auto t0 = Clock::now();
+      Result<std::size_t> stored = driver.Put(keys, payloads);
+      t.latencies_us.push_back(std::chrono::duration<float, std::micro>(Clock::now() - t0).count());
+      if (!stored.ok()) {
+        tally.Error("put: " + stored.status().ToString());
+        if (stored.status().code() == StatusCode::kUnavailable) break;  // the connection is gone
+      } else {
+        for (std::size_t i = 0; i < std::min(*stored, n); ++i) t.bytes += fresh.sizes[i];
+        if (*stored < n) {
+          ++t.refused;
+        } else if (recent.size() < static_cast<std::size_t>(o.recent_chains)) {
+          recent.push_back(std::move(fresh));
+        } else {
+          recent[ring] = std::move(fresh);
+          ring = (ring + 1) % recent.size();
+        }
+      }
+    } else {
+      chain = &recent[std::uniform_int_distribution<std::size_t>(0, recent.size() - 1)(rng)];
+      for (std::size_t i = 0; i < n; ++i) keys[i] = ChainKey(nonce, client, chain->id, i);
+    }
+    if (op == kLookup) {
+      const auto t0 = Clock::now();
+      Result<std::size_t> prefix = driver.Lookup(keys);
+      t.latencies_us.push_back(std::chrono::duration<float, std::micro>(Clock::now() - t0).count());
+      if (!prefix.ok()) {
+        tally.Error("lookup: " + prefix.status().ToString());
+        if (prefix.status().code() == StatusCode::kUnavailable) break;
+      } else if (*prefix < n) {
+        ++t.misses;
+      }
+    } else if (op == kGet) {
+      for (std::size_t i = 0; i < n; ++i) {
+        outs[i] = get_area.subspan(i * slot, slot);
+        std::memset(outs[i].data(), 0xa5, 8);  // a block the server claims but never wrote fails the check
+      }
+      const auto t0 = Clock::now();
+      Result<std::vector<uint32_t>> sizes = driver.Get(keys, outs);
+      t.latencies_us.push_back(std::chrono::duration<float, std::micro>(Clock::now() - t0).count());
+      if (!sizes.ok()) {
+        tally.Error("get: " + sizes.status().ToString());
+        if (sizes.status().code() == StatusCode::kUnavailable) break;
+      } else {
+        if (sizes->size() < n) ++t.misses;
+        for (std::size_t i = 0; i < std::min(sizes->size(), n); ++i) {
+          const uint32_t size = (*sizes)[i];
+          if (size != chain->sizes[i]) {
+            tally.Error("get: block " + keys[i].ToHex() + " came back with " + std::to_string(size) + " bytes, put with " +
+                        std::to_string(chain->sizes[i]));
+          } else if (!CheckPattern(outs[i].first(size), keys[i])) {
+            tally.Error("get: block " + keys[i].ToHex() + " came back with wrong bytes");
+          } else {
+            t.bytes += size;
+          }
+        }
+      }
+    }
+    ops_done.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+struct PhaseResult {
+  double elapsed_s = 0;
+  ClientTally total;
+};
+
+PhaseResult RunPhase(std::vector<std::unique_ptr<Driver>>& drivers, const ServeBenchmarkOptions& o,
+                     const std::array<uint32_t, 3>& mix, uint64_t nonce, const char* label) {
+  // Fault the buffers in before the clock starts (the shared segments are fresh memfds).
+  for (auto& d : drivers) std::memset(d->buffer().data(), 0, d->buffer().size());
+  std::vector<ClientTally> tallies(drivers.size());
+  std::atomic<uint64_t> ops_done{0};
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
+  std::vector<std::thread> threads;
+  for (std::size_t c = 0; c < drivers.size(); ++c) {
+    threads.emplace_back([&, c] { RunClient(*drivers[c], o, mix, nonce, c, deadline, ops_done, tallies[c]); });
+  }
+  if (isatty(STDERR_FILENO) != 0) {
+    while (Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      const double s = std::chrono::duration<double>(Clock::now() - start).count();
+      std::fprintf(stderr, "\rkvtier bench serve: %s %.0f/%.0f s, %llu requests   ", label, std::min(s, o.seconds), o.seconds,
+                   static_cast<unsigned long long>(ops_done.load(std::memory_order_relaxed)));
+    }
+    std::fprintf(stderr, "\n");
+  }
+  for (std::thread& t : threads) t.join();
+  PhaseResult r;
+  r.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+  for (ClientTally& t : tallies) {
+    for (std::size_t op = 0; op < 3; ++op) {
+      OpTally& into = r.total.ops[op];
+      into.latencies_us.insert(into.latencies_us.end(), t.ops[op].latencies_us.begin(), t.ops[op].latencies_us.end());
+      into.bytes += t.ops[op].bytes;
+      into.misses += t.ops[op].misses;
+      into.refused += t.ops[op].refused;
+    }
+    if (r.total.errors == 0 && t.errors > 0) r.total.first_error = t.first_error;
+    r.total.errors += t.errors;
+  }
+  return r;
+}
+
+double Percentile(const std::vector<float>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  return sorted[std::min(sorted.size() - 1, static_cast<std::size_t>(p * static_cast<double>(sorted.size())))];
+}
+
+struct Summary {
+  nlohmann::json ops = nlohmann::json::object();
+  nlohmann::json p99 = nlohmann::json::object();
+  double ops_per_s = 0, gbps = 0;
+  uint64_t misses = 0, refused = 0;
+};
+
+Summary Summarize(PhaseResult& r) {
+  Summary s;
+  uint64_t requests = 0, bytes = 0;
+  for (std::size_t op = 0; op < 3; ++op) {
+    OpTally& t = r.total.ops[op];
+    std::sort(t.latencies_us.begin(), t.latencies_us.end());
+    nlohmann::json j = {{"requests", t.latencies_us.size()},
+                        {"ops_per_s", static_cast<double>(t.latencies_us.size()) / r.elapsed_s},
+                        {"p50_us", Percentile(t.latencies_us, 0.50)},
+                        {"p99_us", Percentile(t.latencies_us, 0.99)},
+                        {"p999_us", Percentile(t.latencies_us, 0.999)}};
+    if (op != kLookup) j["gbps"] = static_cast<double>(t.bytes) / 1e9 / r.elapsed_s;
+    if (op != kPut) j["misses"] = t.misses;
+    if (op == kPut) j["refused"] = t.refused;
+    s.p99[kOpNames[op]] = j["p99_us"];
+    s.ops[kOpNames[op]] = std::move(j);
+    requests += t.latencies_us.size();
+    bytes += t.bytes;
+    s.misses += t.misses;
+    s.refused += t.refused;
+  }
+  s.ops_per_s = static_cast<double>(requests) / r.elapsed_s;
+  s.gbps = static_cast<double>(bytes) / 1e9 / r.elapsed_s;
+  return s;
+}
+
+// A fresh directory under /tmp, removed with everything in it when this goes.
+class TempDir {
+ public:
+  static Result<TempDir> Create() {
+    char pattern[] = "/tmp/kvtier-bench-serve-XXXXXX";
+    if (::mkdtemp(pattern) == nullptr) return Status::IoError(std::string("mkdtemp in /tmp: ") + std::strerror(errno));
+    return TempDir(pattern);
+  }
+  TempDir(TempDir&& other) noexcept : path_(std::exchange(other.path_, {})) {}
+  TempDir& operator=(TempDir&&) = delete;
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit TempDir(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
+
+Result<std::unique_ptr<Daemon>> StartDaemon(const std::string& dir, bool tcp) {
+  ServeConfig config = DefaultServeConfig(dir);
+  config.metrics_port = -1;
+  if (tcp) {
+    config.server.tcp = true;
+    config.server.tcp_host = "127.0.0.1";
+    config.server.tcp_port = 0;
+  }
+  return Daemon::Start(std::move(config));
+}
+
+std::size_t BufferBytes(const ServeBenchmarkOptions& o) {
+  return 2 * static_cast<std::size_t>(o.chain_blocks) * static_cast<std::size_t>(o.max_block_bytes);
+}
+
+Result<PhaseResult> RunBaseline(const ServeBenchmarkOptions& o, const std::array<uint32_t, 3>& mix, uint64_t nonce) {
+  KVTIER_ASSIGN_OR_RETURN(TempDir dir, TempDir::Create());
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Daemon> daemon, StartDaemon(dir.path(), false));
+  std::vector<std::unique_ptr<Driver>> drivers;
+  for (int c = 0; c < o.clients; ++c) drivers.push_back(std::make_unique<StoreDriver>(daemon->store(), BufferBytes(o)));
+  PhaseResult r = RunPhase(drivers, o, mix, nonce, "in-process baseline");
+  drivers.clear();
+  KVTIER_RETURN_IF_ERROR(daemon->Stop().WithContext("stopping the baseline's store"));
+  return r;
+}
+
+Result<std::unique_ptr<Client>> Connect(const ServeBenchmarkOptions& o, const std::string& endpoint, uint16_t port) {
+  ClientOptions client_options;
+  if (o.tcp) {
+    client_options.shared_memory_bytes = 0;
+    return Client::ConnectTcp(endpoint, port, client_options);
+  }
+  client_options.shared_memory_bytes = BufferBytes(o);
+  return Client::ConnectUnix(endpoint, client_options);
+}
+
+Result<PhaseResult> RunService(const ServeBenchmarkOptions& o, const std::array<uint32_t, 3>& mix, uint64_t nonce) {
+  std::optional<TempDir> dir;
+  std::unique_ptr<Daemon> daemon;
+  std::string endpoint = o.connect;
+  uint16_t port = 0;
+  if (o.connect.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(TempDir created, TempDir::Create());
+    dir.emplace(std::move(created));
+    KVTIER_ASSIGN_OR_RETURN(daemon, StartDaemon(dir->path(), o.tcp));
+    endpoint = o.tcp ? "127.0.0.1" : daemon->server().unix_socket_path();
+    port = daemon->server().tcp_port();
+  } else if (o.tcp) {
+    const std::size_t colon = o.connect.rfind(':');
+    endpoint = o.connect.substr(0, colon);
+    port = static_cast<uint16_t>(std::stoul(o.connect.substr(colon + 1)));  // checked by Validate
+  }
+  std::vector<std::unique_ptr<Driver>> drivers;
+  for (int c = 0; c < o.clients; ++c) {
+    Result<std::unique_ptr<Client>> client = Connect(o, endpoint, port);
+    if (!client.ok()) return client.status().WithContext("client " + std::to_string(c) + " connecting to " + endpoint);
+    drivers.push_back(std::make_unique<ClientDriver>(std::move(*client), BufferBytes(o)));
+  }
+  PhaseResult r = RunPhase(drivers, o, mix, nonce, "service");
+  drivers.clear();  // disconnect before the daemon stops
+  if (daemon != nullptr) KVTIER_RETURN_IF_ERROR(daemon->Stop().WithContext("stopping the service"));
+  return r;
+}
+
+}  // namespace
+
+Status ServeBenchmarkOptions::Validate() const {
+  if (clients < 1 || clients > 256) return Status::InvalidArgument("--clients must be 1 to 256 (the server's connection limit)");
+  if (!(seconds > 0 && seconds <= 3600)) return Status::InvalidArgument("--seconds must be in (0, 3600]");
+  if (min_block_bytes < kPage || min_block_bytes % kPage != 0 || max_block_bytes % kPage != 0 ||
+      max_block_bytes < min_block_bytes || max_block_bytes > (uint64_t{256} << 20)) {
+    return Status::InvalidArgument("--min-block-bytes and --max-block-bytes must be 4 KiB multiples, min <= max <= 256 MiB");
+  }
+  if (chain_blocks < 1 || chain_blocks > 64) return Status::InvalidArgument("--chain-blocks must be 1 to 64");
+  if (recent_chains < 1 || recent_chains > 1'000'000) return Status::InvalidArgument("--recent-chains must be 1 to 1,000,000");
+  KVTIER_RETURN_IF_ERROR(ParseMix(mix).status());
+  const uint64_t request_bytes = static_cast<uint64_t>(chain_blocks) * max_block_bytes;
+  if (tcp && request_bytes + kFrameOverheadBytes > protocol::Limits{}.max_payload_bytes) {
+    return Status::InvalidArgument("--tcp sends a request's payloads inline in one frame: --chain-blocks x --max-block-bytes (" +
+                                   std::to_string(request_bytes) + ") must stay under " +
+                                   std::to_string(protocol::Limits{}.max_payload_bytes - kFrameOverheadBytes) + " bytes");
+  }
+  if (tcp && !connect.empty()) {
+    const std::size_t colon = connect.rfind(':');
+    unsigned port = 0;
+    const char* last = connect.data() + connect.size();
+    if (colon == std::string::npos || colon == 0 ||
+        std::from_chars(connect.data() + colon + 1, last, port).ptr != last || port == 0 || port > 65535) {
+      return Status::InvalidArgument("--connect with --tcp must be host:port, got '" + connect + "'");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::string> RunServeBenchmark(const ServeBenchmarkOptions& options) {
+  KVTIER_RETURN_IF_ERROR(options.Validate());
+  KVTIER_ASSIGN_OR_RETURN(const auto mix, ParseMix(options.mix));
+  // Runs against a long-lived server must not find the keys of an earlier run.
+  const uint64_t nonce = options.connect.empty() ? 0 : (std::random_device{}() & 0xffffffffu);
+  KVTIER_ASSIGN_OR_RETURN(PhaseResult baseline, RunBaseline(options, mix, nonce));
+  KVTIER_ASSIGN_OR_RETURN(PhaseResult service, RunService(options, mix, nonce));
+  const Summary b = Summarize(baseline);
+  const Summary s = Summarize(service);
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const std::string transport = options.tcp ? "tcp" : "unix+shm";
+  nlohmann::json out = {
+      {"clients", options.clients},
+      {"seconds", options.seconds},
+      {"transport", transport},
+      {"elapsed_s", service.elapsed_s},
+      {"ops_per_s", s.ops_per_s},
+      {"gbps", s.gbps},
+      {"ops", s.ops},
+      {"p99_us", s.p99},
+      {"baseline_gbps", b.gbps},
+      {"baseline_ops_per_s", b.ops_per_s},
+      {"ratio", b.gbps > 0 ? s.gbps / b.gbps : 0.0},
+      {"errors", service.total.errors + baseline.total.errors},
+      {"misses", s.misses},
+      {"refused", s.refused},
+      {"max_rss_bytes", static_cast<uint64_t>(usage.ru_maxrss) * 1024},
+      {"baseline",
+       {{"what", "the same mix on the daemon's TieredStore in-process: N threads, std::span buffers, no sockets"},
+        {"elapsed_s", baseline.elapsed_s},
+        {"ops_per_s", b.ops_per_s},
+        {"gbps", b.gbps},
+        {"ops", b.ops},
+        {"p99_us", b.p99},
+        {"errors", baseline.total.errors},
+        {"misses", b.misses},
+        {"refused", b.refused}}},
+      {"config",
+       {{"server", options.connect.empty() ? "in-process daemon, DefaultServeConfig(/tmp/kvtier-bench-serve-*), metrics off"
+                                           : options.connect},
+        {"baseline_server", "in-process DefaultServeConfig(/tmp/kvtier-bench-serve-*), run first"},
+        {"clients", options.clients},
+        {"seconds", options.seconds},
+        {"min_block_bytes", options.min_block_bytes},
+        {"max_block_bytes", options.max_block_bytes},
+        {"mix", options.mix},
+        {"chain_blocks", options.chain_blocks},
+        {"recent_chains", options.recent_chains},
+        {"tcp", options.tcp},
+        {"seed", options.seed}}}};
+  if (service.total.errors > 0) out["first_error"] = service.total.first_error;
+  if (baseline.total.errors > 0) out["baseline"]["first_error"] = baseline.total.first_error;
+  return out.dump(2) + "\n";
+}
+
+}  // namespace kvtier::bench
