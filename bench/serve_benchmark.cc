@@ -369,9 +369,10 @@ class TempDir {
   std::string path_;
 };
 
-Result<std::unique_ptr<Daemon>> StartDaemon(const std::string& dir, bool tcp) {
+Result<std::unique_ptr<Daemon>> StartDaemon(const std::string& dir, bool tcp, bool persist) {
   ServeConfig config = DefaultServeConfig(dir);
   config.metrics_port = -1;
+  if (!persist) config.persist = PersistChoice::kNone;
   if (tcp) {
     config.server.tcp = true;
     config.server.tcp_host = "127.0.0.1";
@@ -386,7 +387,7 @@ std::size_t BufferBytes(const ServeBenchmarkOptions& o) {
 
 Result<PhaseResult> RunBaseline(const ServeBenchmarkOptions& o, const std::array<uint32_t, 3>& mix, uint64_t nonce) {
   KVTIER_ASSIGN_OR_RETURN(TempDir dir, TempDir::Create());
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Daemon> daemon, StartDaemon(dir.path(), false));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Daemon> daemon, StartDaemon(dir.path(), false, o.persist));
   std::vector<std::unique_ptr<Driver>> drivers;
   for (int c = 0; c < o.clients; ++c) drivers.push_back(std::make_unique<StoreDriver>(daemon->store(), BufferBytes(o)));
   PhaseResult r = RunPhase(drivers, o, mix, nonce, "in-process baseline");
@@ -413,7 +414,7 @@ Result<PhaseResult> RunService(const ServeBenchmarkOptions& o, const std::array<
   if (o.connect.empty()) {
     KVTIER_ASSIGN_OR_RETURN(TempDir created, TempDir::Create());
     dir.emplace(std::move(created));
-    KVTIER_ASSIGN_OR_RETURN(daemon, StartDaemon(dir->path(), o.tcp));
+    KVTIER_ASSIGN_OR_RETURN(daemon, StartDaemon(dir->path(), o.tcp, o.persist));
     endpoint = o.tcp ? "127.0.0.1" : daemon->server().unix_socket_path();
     port = daemon->server().tcp_port();
   } else if (o.tcp) {
@@ -513,6 +514,7 @@ Result<std::string> RunServeBenchmark(const ServeBenchmarkOptions& options) {
         {"chain_blocks", options.chain_blocks},
         {"recent_chains", options.recent_chains},
         {"tcp", options.tcp},
+        {"persist", options.persist},
         {"seed", options.seed}}}};
   if (service.total.errors > 0) out["first_error"] = service.total.first_error;
   if (baseline.total.errors > 0) out["baseline"]["first_error"] = baseline.total.first_error;

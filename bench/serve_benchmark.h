@@ -41,6 +41,9 @@ struct ServeBenchmarkOptions {
   int chain_blocks = 4;                        // Default: 4 blocks per put, get and lookup
   int recent_chains = 8;                       // Default: gets and lookups pick among the last 8
   bool tcp = false;                            // Default: Unix socket and shared memory
+  // The self-started daemons' persistence: write-through (the default config's: every put
+  // also goes to disk) or none (DRAM then disk as a cache: what the service itself costs).
+  bool persist = true;                         // Default: write-through
   uint64_t seed = 1;                           // Default: 1
   bool json_flag = false;                      // --json; the output is always JSON
 

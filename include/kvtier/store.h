@@ -208,7 +208,8 @@ class TieredStore {
   // admits is refused: it and the blocks after it are not stored (a prefix cache cannot use
   // a block after a gap). Errors: InvalidArgument for a malformed request; NotFound for an
   // unknown parent; the first tier error when a block could be written nowhere (a tier that
-  // is Unavailable, e.g. a remote pool that is down, refuses instead: a miss later). With
+  // is full after making room, or Unavailable, e.g. a remote pool that is down, refuses
+  // instead: a miss later). With
   // write-through persistence a block is acknowledged once it and its journal record are
   // written; a persist tier without room refuses it, and an I/O error of that tier or the
   // journal fails the Put (the chain's blocks before it stay stored and durable).

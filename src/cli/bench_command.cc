@@ -90,6 +90,8 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   serve->add_option("--recent-chains", serve_options->recent_chains, "Gets and lookups pick among a client's last N chains")
       ->capture_default_str();
   serve->add_flag("--tcp", serve_options->tcp, "TCP with inline payloads instead of the Unix socket and shared memory");
+  serve->add_flag("!--no-persist", serve_options->persist,
+                  "Self-started daemons keep blocks as a cache only (no write-through to disk)");
   serve->add_option("--seed", serve_options->seed, "Workload seed")->capture_default_str();
   serve->add_flag("--json", serve_options->json_flag, "Print JSON (the only format)");
   OnRun(serve, serve_options, &bench::RunServeBenchmark, exit_code);

@@ -22,6 +22,7 @@ namespace kvtier {
 namespace {
 
 constexpr std::size_t kDemotionBatch = 16;  // victims moved per batch
+constexpr uint32_t kReclaimBlocks = 8;     // blocks' worth a full tier frees past its watermark
 constexpr int kReadAttempts = 4;            // a read racing a move retries at the new place
 // Recovery verifies journaled blocks this many (or this many bytes) per ReadBatch.
 constexpr std::size_t kRecoveryBatch = 64;
@@ -466,8 +467,9 @@ struct TieredStore::Impl {
   }
 
   // Moves victims out of tier `t` until it is under its low watermark and `need` more bytes
-  // fit (a Put waiting for room passes its block's size).
-  void Rebalance(int t, uint64_t need) {
+  // fit (a Put waiting for room passes its block's size), and at least `force_bytes` have
+  // been planned out whatever the watermark says (free space stranded in other size classes).
+  void Rebalance(int t, uint64_t need, uint64_t force_bytes = 0) {
     for (;;) {
       struct Victim {
         BlockKey key;
@@ -484,7 +486,10 @@ struct TieredStore::Impl {
         uint64_t planned = 0;
         while (batch.size() < kDemotionBatch) {
           const uint64_t remaining = ts.used - std::min(ts.used, planned);
-          if (ts.capacity == 0 || (static_cast<double>(remaining) <= target && remaining + need <= ts.capacity)) break;
+          if (ts.capacity == 0 ||
+              (planned >= force_bytes && static_cast<double>(remaining) <= target && remaining + need <= ts.capacity)) {
+            break;
+          }
           const std::optional<BlockKey> victim = ts.policy->Victim();
           if (!victim) break;
           const std::optional<BlockInfo> info = index.Find(*victim);
@@ -528,6 +533,7 @@ struct TieredStore::Impl {
           ts.rebalance_queued = false;
           return;
         }
+        force_bytes -= std::min(force_bytes, planned);
       }
       // Demotions: read the victims here, write them below (I/O outside the lock).
       std::vector<std::vector<std::byte>> payloads(batch.size());
@@ -745,6 +751,12 @@ struct TieredStore::Impl {
         Rebalance(t, meta.size_bytes);
         s = WriteTo(t, key, payload, meta.size_bytes);
       }
+      if (s.code() == StatusCode::kResourceExhausted && ts.capacity > 0) {
+        // Under its watermark and still full: the tier's free space lies in slots of other
+        // sizes. Move a few blocks' worth out regardless, then try once more.
+        Rebalance(t, meta.size_bytes, uint64_t{kReclaimBlocks} * meta.size_bytes);
+        s = WriteTo(t, key, payload, meta.size_bytes);
+      }
       if (s.ok()) return t;
       last_error = s;
     }
@@ -952,10 +964,10 @@ Result<PutResult> TieredStore::Put(std::span<const BlockPut> blocks, const std::
       }
       if (!persisted.ok()) ++s.tiers[static_cast<std::size_t>(s.persist_tier)].stats.refused;
       result.refused_blocks += blocks.size() - i;
-      // A tier that is down (a remote pool) refuses like a full one: for a cache, a block it
-      // cannot hold now is a miss later, not a failure of the request.
+      // A tier that is full even after making room, or down (a remote pool), refuses: for a
+      // cache, a block it cannot hold now is a miss later, not a failure of the request.
       if (!placed.ok() && placed.status().code() != StatusCode::kUnavailable &&
-          result.new_blocks + result.present_blocks == 0) {
+          placed.status().code() != StatusCode::kResourceExhausted && result.new_blocks + result.present_blocks == 0) {
         return placed.status();
       }
       break;

@@ -422,8 +422,10 @@ Status NvmeTier::Recover(uint64_t format_id) {
                                std::to_string(data_offset_ + slot.offset) + ": " + Errno(requests[k].error));
       }
       std::optional<Header> header = DecodeHeader(headers.get() + k * kHeaderBytes);
+      // A slot at least as large as its block: files written with other size classes (exact
+      // 4 KiB ones before) recover too.
       if (!header || header->format_id != format_id || header->size == 0 ||
-          SlotBytesFor(header->size) != slot_bytes) {
+          FileSlotAllocator::RoundUp(kHeaderBytes + header->size) > slot_bytes) {
         continue;  // a free slot, a torn header, or one from an earlier format
       }
       max_generation = std::max(max_generation, header->generation);
@@ -517,8 +519,13 @@ NvmeTier::~NvmeTier() {
 
 uint64_t NvmeTier::SlotBytesFor(uint64_t payload_bytes) const {
   const uint64_t needed = FileSlotAllocator::RoundUp(kHeaderBytes + payload_bytes);
-  if (options_.slot_bytes == 0) return needed;
-  return needed <= options_.slot_bytes ? options_.slot_bytes : 0;
+  if (options_.slot_bytes != 0) return needed <= options_.slot_bytes ? options_.slot_bytes : 0;
+  // Size classes an eighth of an octave apart above 64 KiB (at most 12.5% of a slot unused):
+  // a slab never changes class, so exact 4 KiB classes would strand the space of a workload
+  // with varied block sizes among hundreds of classes.
+  if (needed <= (uint64_t{64} << 10)) return needed;
+  const uint64_t step = std::bit_floor(needed) / 8;
+  return (needed + step - 1) / step * step;
 }
 
 void NvmeTier::DropLocked(std::unordered_map<BlockKey, Entry, BlockKeyHash>::iterator it) {
