@@ -312,12 +312,20 @@ struct TieredStore::Impl {
   // Writes a new block into the persist tier (journaled by WriteTo), making room there the
   // way Place does. The persist tier's policy is not asked to admit it: it only picks victims.
   Status Persist(const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes) {
-    Status s = WriteTo(persist_tier, key, payload, bytes);
-    if (s.code() == StatusCode::kResourceExhausted && tiers[static_cast<std::size_t>(persist_tier)].capacity > 0) {
-      Rebalance(persist_tier, bytes);
-      s = WriteTo(persist_tier, key, payload, bytes);
-    }
-    return s;
+    return WriteMakingRoom(persist_tier, key, payload, bytes);
+  }
+
+  // Writes into tier `t`, making room when it is full: demotion down to its watermark first,
+  // then, when it is under its watermark and still full (its free space lies in slots of
+  // other sizes), a few blocks' worth more.
+  Status WriteMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes) {
+    Status s = WriteTo(t, key, payload, bytes);
+    if (s.code() != StatusCode::kResourceExhausted || tiers[static_cast<std::size_t>(t)].capacity == 0) return s;
+    Rebalance(t, bytes);
+    s = WriteTo(t, key, payload, bytes);
+    if (s.code() != StatusCode::kResourceExhausted) return s;
+    Rebalance(t, bytes, uint64_t{kReclaimBlocks} * bytes);
+    return WriteTo(t, key, payload, bytes);
   }
 
   // Flush: copies one stored block into the persist tier unless it is there already.
@@ -746,17 +754,7 @@ struct TieredStore::Impl {
           continue;
         }
       }
-      Status s = WriteTo(t, key, payload, meta.size_bytes);
-      if (s.code() == StatusCode::kResourceExhausted && ts.capacity > 0) {
-        Rebalance(t, meta.size_bytes);
-        s = WriteTo(t, key, payload, meta.size_bytes);
-      }
-      if (s.code() == StatusCode::kResourceExhausted && ts.capacity > 0) {
-        // Under its watermark and still full: the tier's free space lies in slots of other
-        // sizes. Move a few blocks' worth out regardless, then try once more.
-        Rebalance(t, meta.size_bytes, uint64_t{kReclaimBlocks} * meta.size_bytes);
-        s = WriteTo(t, key, payload, meta.size_bytes);
-      }
+      const Status s = WriteMakingRoom(t, key, payload, meta.size_bytes);
       if (s.ok()) return t;
       last_error = s;
     }
