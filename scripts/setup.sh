@@ -13,6 +13,7 @@ packages=(
   libicu-dev                  # Unicode classes for the BPE pre-tokenizer (trace replay)
   libcpp-httplib-dev          # the service's /metrics and /healthz endpoints
   clang-14 libclang-rt-14-dev   # libFuzzer for the fuzz preset
+  pybind11-dev python3-pytest python3-numpy  # the Python package (python/) and its tests
 )
 
 missing=()

@@ -1,0 +1,56 @@
+"""Fixtures of the kvtier Python tests: small tier configurations, an in-process store and
+an in-process `kvtier serve`. Run with PYTHONPATH=<build>/python (ctest's python.pytest sets
+it, and KVTIER_CLI to the CLI binary)."""
+
+import os
+import pathlib
+
+import pytest
+
+import kvtier
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+FIXTURES = pathlib.Path(os.environ.get("KVTIER_FIXTURES", REPO / "tests" / "fixtures"))
+
+
+def tier_yaml(data_dir, dram="256MiB", disk="256MiB"):
+    """A DRAM tier over a small NVMe slab file under data_dir."""
+    return f"""
+data_dir: {data_dir}
+tiers:
+  - kind: cpu_dram
+    capacity: {dram}
+    lock_memory: false
+  - kind: nvme
+    name: disk
+    files: [disk/slab.0]
+    capacity: {disk}
+"""
+
+
+@pytest.fixture
+def store(tmp_path):
+    with kvtier.Store(tier_config_text=tier_yaml(tmp_path / "data"), policy="lru") as s:
+        yield s
+
+
+def serve_yaml(data_dir, tenants=None):
+    text = tier_yaml(data_dir, dram="512MiB") + """
+store:
+  policy: bayes
+  persistence: none
+listen:
+  unix_socket: kvtier.sock
+  tcp: true
+  tcp_port: 0
+  metrics_port: -1
+"""
+    if tenants:
+        text += "tenants:\n" + "".join(f"  - name: {t}\n" for t in tenants)
+    return text
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    with kvtier.serve(config_text=serve_yaml(tmp_path / "srv")) as d:
+        yield d
