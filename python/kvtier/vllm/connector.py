@@ -1,0 +1,368 @@
+"""kvtier.vllm.connector.KvtierConnector: a vLLM v1 KV connector over `kvtier serve`.
+
+Written against vLLM 0.32.0 (KVConnectorBase_V1; tools/vllm/README.md). Design: docs/vllm.md.
+
+- Both roles (the scheduler in the engine-core process, the worker in the worker process)
+  open their own kvtier.Client on the Unix socket named by kv_connector_extra_config
+  ["socket_path"]; payloads travel through the worker's shared-memory segment.
+- Keys are vLLM's own request.block_hashes (their first 16 bytes), under the tenant
+  "{tenant}/{model}/{layout fingerprint}" so that two models or layouts never share blocks.
+- One kvtier block per vLLM block: all layers' pages of the block, concatenated in layer
+  order, copied as opaque bytes (the CPU GQA page interior is transposed; never sliced).
+- Loads are synchronous (get_num_new_matched_tokens returns (n, False)): start_load_kv, which
+  vLLM runs before the forward of a step with sync loads, copies them in. Saves happen in
+  wait_for_save, after the forward that completed the blocks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+)
+from vllm.logger import init_logger
+
+import kvtier
+from kvtier.vllm.layout import (
+    RequestPlan,
+    batch_ranges,
+    layout_fingerprint,
+    matched_blocks,
+    namespace_tenant,
+    natural_layer_order,
+    page_geometry,
+)
+
+logger = init_logger(__name__)
+
+_SCHEDULER_SHM_BYTES = 1 << 20  # the scheduler only looks up
+_DEFAULT_SHM_BYTES = 256 << 20
+
+
+@dataclass
+class KvtierConnectorMetadata(KVConnectorMetadata):
+    """Scheduler -> worker, once per step (pickled across processes)."""
+
+    # (req_id, [(block_id, key16)]) to load before this step's forward
+    loads: list = field(default_factory=list)
+    # (req_id, parent key16 or None, [(block_id, key16)]) to save after it
+    saves: list = field(default_factory=list)
+
+
+class KvtierConnector(KVConnectorBase_V1):
+    def __init__(self, vllm_config, role: KVConnectorRole, kv_cache_config=None):
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        extra = dict(self._kv_transfer_config.kv_connector_extra_config or {})
+        socket_path = extra.get("socket_path")
+        if not socket_path:
+            raise ValueError("KvtierConnector: kv_connector_extra_config['socket_path'] is required")
+        pc = vllm_config.parallel_config
+        if pc.tensor_parallel_size != 1 or pc.pipeline_parallel_size != 1:
+            raise NotImplementedError("KvtierConnector: tensor/pipeline parallelism is not supported yet")
+        if kv_cache_config is None or len(kv_cache_config.kv_cache_groups) != 1:
+            raise NotImplementedError("KvtierConnector: exactly one KV cache group is supported")
+        group = kv_cache_config.kv_cache_groups[0]
+        spec = group.kv_cache_spec
+        cc = vllm_config.cache_config
+        self._block_size = int(spec.block_size)
+        hash_bs = getattr(kv_cache_config, "hash_block_size", None) or self._block_size
+        if hash_bs != self._block_size:
+            raise NotImplementedError(f"KvtierConnector: hash_block_size {hash_bs} != block_size {self._block_size}")
+        algo = str(getattr(cc, "prefix_caching_hash_algo", "sha256"))
+        if algo.startswith("xxhash") and not os.environ.get("PYTHONHASHSEED"):
+            logger.warning("KvtierConnector: prefix_caching_hash_algo=%s without PYTHONHASHSEED: block "
+                           "hashes are random per process and kvtier will never hit", algo)
+        self._layer_names = natural_layer_order(group.layer_names)
+        self._spec_page_bytes = int(spec.page_size_bytes)
+        self._description = {
+            "connector": 1,
+            "layout": str(getattr(kv_cache_config, "kv_cache_layout", "")),
+            "spec": type(spec).__name__,
+            "block_size": self._block_size,
+            "num_kv_heads": getattr(spec, "num_kv_heads", None),
+            "head_size": getattr(spec, "head_size", None),
+            "head_size_v": getattr(spec, "head_size_v", None),
+            "dtype": str(spec.dtype),
+            "page_size_bytes": self._spec_page_bytes,
+            "layers": self._layer_names,
+            "cache_dtype": str(cc.cache_dtype),
+            "hash_algo": algo,
+            "tp": pc.tensor_parallel_size,
+        }
+        self._fingerprint = layout_fingerprint(self._description)
+        mc = vllm_config.model_config
+        model = extra.get("model") or getattr(mc, "served_model_name", None) or mc.model
+        if isinstance(model, (list, tuple)):
+            model = model[0]
+        base_tenant = str(extra.get("tenant", ""))
+        if extra.get("fold_namespace", True):
+            self._tenant = namespace_tenant(base_tenant, str(model), self._fingerprint)
+        else:
+            self._tenant = base_tenant
+        self._dump_dir = extra.get("debug_dump_dir")
+        self._events_path = extra.get("events_path") or (
+            os.path.join(self._dump_dir, "events.jsonl") if self._dump_dir else None)
+        self._scramble_load = bool(extra.get("debug_scramble_load", False))
+        if self._dump_dir:
+            os.makedirs(self._dump_dir, exist_ok=True)
+        shm_bytes = int(extra.get("shared_memory_bytes", _DEFAULT_SHM_BYTES))
+        if role == KVConnectorRole.SCHEDULER:
+            shm_bytes = _SCHEDULER_SHM_BYTES
+        self._client = kvtier.Client.connect_unix(
+            socket_path, tenant=self._tenant, auth_token=str(extra.get("auth_token", "")),
+            shared_memory_bytes=shm_bytes)
+        logger.info("KvtierConnector(%s): tenant %r, block_size %d, socket %s", role.name, self._tenant,
+                    self._block_size, socket_path)
+        # scheduler side
+        self._plans: dict[str, RequestPlan] = {}
+        self._requests: dict[str, Any] = {}
+        # worker side
+        self._layers: list = []  # (name, uint8 [num_blocks, page_bytes] view, page_bytes, offset)
+        self._block_bytes = 0
+        self._shm = None
+        self._shm_t = None
+        self._load_errors: set = set()
+        self.stats = {"lookups": 0, "hit_tokens": 0, "loaded_blocks": 0, "saved_blocks": 0,
+                      "load_failed_blocks": 0, "refused_blocks": 0, "load_s": 0.0, "save_s": 0.0}
+
+    # ------------------------------------------------------------------ helpers
+    def _event(self, **rec) -> None:
+        if self._events_path:
+            rec.update(pid=os.getpid(), role=self._role.name, t=round(time.time(), 4))
+            with open(self._events_path, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+
+    # ------------------------------------------------------------- worker side
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]):
+        names = natural_layer_order(kv_caches.keys())
+        if set(names) != set(self._layer_names):
+            logger.warning("KvtierConnector: registered layers differ from the KV cache group's")
+        layers = []
+        offset = 0
+        for name in names:
+            t = kv_caches[name]
+            if t.device.type != "cpu":
+                raise NotImplementedError("KvtierConnector: only CPU KV caches in this cut")
+            geo = page_geometry(tuple(t.shape), tuple(t.stride()), t.element_size())
+            if geo.page_bytes != self._spec_page_bytes:
+                logger.warning("KvtierConnector: layer %s page is %d bytes, spec says %d", name,
+                               geo.page_bytes, self._spec_page_bytes)
+            # The same memory as [num_blocks, page_bytes] uint8 (the page is contiguous).
+            if t.stride(-1) != 1:
+                raise NotImplementedError(f"KvtierConnector: layer {name}: last dimension not contiguous")
+            raw = t.view(torch.uint8)
+            u8 = raw.as_strided((geo.num_blocks, geo.page_bytes), (geo.block_stride_bytes, 1),
+                                raw.storage_offset())
+            assert u8.data_ptr() == t.data_ptr()
+            layers.append((name, u8, geo.page_bytes, offset))
+            offset += geo.page_bytes
+        self._layers = layers
+        self._block_bytes = offset
+        self._shm = self._client.shared_memory
+        self._shm_t = torch.frombuffer(self._shm, dtype=torch.uint8)
+        logger.info("KvtierConnector: %d layers, %d bytes per kvtier block, %d-byte segment", len(layers),
+                    offset, len(self._shm))
+        self._event(event="register", layers=len(layers), block_bytes=offset,
+                    shape=list(next(iter(kv_caches.values())).shape) if kv_caches else None)
+
+    def _pack(self, ids: torch.Tensor, dst: torch.Tensor) -> None:
+        """dst [n, block_bytes] <- the pages of blocks ids, layer after layer."""
+        for _, u8, page, off in self._layers:
+            dst[:, off:off + page].copy_(u8.index_select(0, ids))
+
+    def _unpack(self, ids: torch.Tensor, src: torch.Tensor) -> None:
+        for _, u8, page, off in self._layers:
+            u8.index_copy_(0, ids, src[:, off:off + page])
+
+    def _dump(self, prefix: str, keys, rows: torch.Tensor) -> None:
+        for j, k in enumerate(keys):
+            with open(os.path.join(self._dump_dir, f"{prefix}-{k.hex()}.bin"), "wb") as f:
+                f.write(rows[j].numpy().tobytes())
+
+    def start_load_kv(self, forward_context, **kwargs) -> None:
+        if not self.has_connector_metadata():
+            return
+        meta = self._get_connector_metadata()
+        if not meta.loads:
+            return
+        t0 = time.perf_counter()
+        bb = self._block_bytes
+        for req_id, blocks in meta.loads:
+            failed_from = None
+            for lo, hi in batch_ranges(len(blocks), bb, len(self._shm)):
+                part = blocks[lo:hi]
+                keys = [k for _, k in part]
+                n = len(part)
+                try:
+                    sizes = self._client.get(keys, [self._shm[j * bb:(j + 1) * bb] for j in range(n)])
+                except kvtier.KvtierError as e:
+                    logger.warning("KvtierConnector: get for %s failed: %s", req_id, e)
+                    sizes = []
+                good = 0
+                while good < len(sizes) and sizes[good] == bb:
+                    good += 1
+                if good:
+                    ids = torch.tensor([b for b, _ in part[:good]], dtype=torch.long)
+                    src = self._shm_t[:good * bb].view(good, bb)
+                    if self._scramble_load and good > 1:
+                        # Negative control for tests only: each block gets its neighbour's pages.
+                        self._unpack(ids.roll(1), src)
+                    else:
+                        self._unpack(ids, src)
+                    self.stats["loaded_blocks"] += good
+                    if self._dump_dir:
+                        back = torch.empty((good, bb), dtype=torch.uint8)
+                        self._pack(ids, back)  # read back from vLLM's pages, not from the segment
+                        self._dump("load", keys[:good], back)
+                if good < n:
+                    failed_from = lo + good
+                    break
+            if failed_from is not None:
+                bad = [b for b, _ in blocks[failed_from:]]
+                self._load_errors.update(bad)
+                self.stats["load_failed_blocks"] += len(bad)
+                logger.warning("KvtierConnector: %s: %d of %d blocks could not be loaded; vLLM recomputes them",
+                               req_id, len(bad), len(blocks))
+            self._event(event="load", req_id=req_id, blocks=len(blocks),
+                        failed=0 if failed_from is None else len(blocks) - failed_from,
+                        seconds=round(time.perf_counter() - t0, 4))
+        self.stats["load_s"] += time.perf_counter() - t0
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        return  # loads are synchronous: start_load_kv copied every layer before the forward
+
+    def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs) -> None:
+        return  # the pages are copied from the registered tensors in wait_for_save
+
+    def wait_for_save(self):
+        if not self.has_connector_metadata():
+            return
+        meta = self._get_connector_metadata()
+        if not meta.saves:
+            return
+        t0 = time.perf_counter()
+        bb = self._block_bytes
+        for req_id, parent, blocks in meta.saves:
+            saved = refused = 0
+            for lo, hi in batch_ranges(len(blocks), bb, len(self._shm)):
+                part = blocks[lo:hi]
+                n = len(part)
+                keys = [k for _, k in part]
+                ids = torch.tensor([b for b, _ in part], dtype=torch.long)
+                dst = self._shm_t[:n * bb].view(n, bb)
+                self._pack(ids, dst)
+                if self._dump_dir:
+                    self._dump("save", keys, dst)
+                try:
+                    r = self._client.put(keys, [self._shm[j * bb:(j + 1) * bb] for j in range(n)],
+                                         parent=parent, tokens=self._block_size)
+                    saved += r.new_blocks
+                    refused += r.refused_blocks
+                except kvtier.KvtierError as e:
+                    logger.warning("KvtierConnector: put for %s failed: %s", req_id, e)
+                    refused += n
+                    break
+                if r.refused_blocks:
+                    break  # the chain is broken: later blocks would have no parent
+                parent = keys[-1]
+            self.stats["saved_blocks"] += saved
+            self.stats["refused_blocks"] += refused
+            self._event(event="save", req_id=req_id, blocks=len(blocks), new=saved, refused=refused,
+                        seconds=round(time.perf_counter() - t0, 4))
+        self.stats["save_s"] += time.perf_counter() - t0
+
+    def get_finished(self, finished_req_ids: set[str]):
+        return None, None
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        bad, self._load_errors = self._load_errors, set()
+        return bad
+
+    def shutdown(self):
+        if self._role == KVConnectorRole.WORKER:
+            self._event(event="worker_stats", **{k: (round(v, 4) if isinstance(v, float) else v)
+                                                  for k, v in self.stats.items()})
+        self._shm_t = None
+        self._shm = None
+        try:
+            self._client.close()
+        except Exception:  # pragma: no cover
+            pass
+
+    # ---------------------------------------------------------- scheduler side
+    def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
+        bs = self._block_size
+        hashes = request.block_hashes
+        local = num_computed_tokens // bs
+        stored = 0
+        if hashes:
+            try:
+                [(stored, _load, _tiers, _sizes)] = self._client.lookup([[bytes(h) for h in hashes]])
+            except kvtier.KvtierError as e:
+                logger.warning("KvtierConnector: lookup failed (treated as a miss): %s", e)
+        ext = matched_blocks(len(hashes), request.num_tokens, bs, local, stored)
+        plan = self._plans.get(request.request_id)
+        if plan is None:
+            plan = self._plans[request.request_id] = RequestPlan(request.request_id, bs)
+        plan.on_lookup(local, stored, ext)
+        self._requests[request.request_id] = request
+        self.stats["lookups"] += 1
+        self.stats["hit_tokens"] += ext * bs
+        self._event(event="lookup", req_id=request.request_id, num_tokens=request.num_tokens,
+                    num_hashes=len(hashes), local_tokens=num_computed_tokens, stored_blocks=stored,
+                    matched_tokens=ext * bs)
+        return ext * bs, False
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens: int):
+        plan = self._plans.get(request.request_id)
+        if plan is None:
+            plan = self._plans[request.request_id] = RequestPlan(request.request_id, self._block_size)
+            self._requests[request.request_id] = request
+        plan.on_alloc(blocks.get_block_ids()[0], num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output) -> KvtierConnectorMetadata:
+        so = scheduler_output
+        meta = KvtierConnectorMetadata()
+
+        def plan_step(req_id: str, computed: int) -> None:
+            plan, req = self._plans.get(req_id), self._requests.get(req_id)
+            if plan is None or req is None:
+                return
+            loads = plan.take_load(req.block_hashes)
+            if loads:
+                meta.loads.append((req_id, loads))
+            after = computed + so.num_scheduled_tokens.get(req_id, 0)
+            parent, saves = plan.take_save(req.block_hashes, after)
+            if saves:
+                meta.saves.append((req_id, parent, saves))
+
+        for nr in so.scheduled_new_reqs:
+            plan = self._plans.get(nr.req_id)
+            if plan is not None:
+                plan.set_blocks(nr.block_ids[0])
+            plan_step(nr.req_id, nr.num_computed_tokens)
+        cached = so.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            plan = self._plans.get(req_id)
+            nb = cached.new_block_ids[i]
+            if plan is not None:
+                if req_id in cached.resumed_req_ids:
+                    plan.set_blocks(nb[0] if nb is not None else [])
+                elif nb is not None:
+                    plan.append_blocks(nb[0])
+            plan_step(req_id, cached.num_computed_tokens[i])
+        return meta
+
+    def request_finished(self, request, block_ids):
+        self._plans.pop(request.request_id, None)
+        self._requests.pop(request.request_id, None)
+        return False, None

@@ -1,0 +1,167 @@
+"""Pure helpers of the kvtier vLLM connector: no vLLM, torch or numpy import.
+
+They hold every decision that does not need a live engine, so python/tests/test_vllm_layout.py
+can check them under plain python3: how many tokens a kvtier hit gives vLLM, which blocks a
+step loads and saves, the page geometry read from a KV tensor's shape and strides, batching
+through the shared-memory segment, and the namespace a model's blocks live in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+KEY_BYTES = 16
+
+
+def block_key(block_hash: bytes) -> bytes:
+    """The kvtier key of a vLLM block hash: its first 16 bytes (python/src/keys.cc:
+    BlockKey::FromDigestBytes over the first 16 bytes of a digest)."""
+    b = bytes(block_hash)
+    if len(b) < KEY_BYTES:
+        raise ValueError(f"a block hash has {len(b)} bytes; kvtier keys need at least {KEY_BYTES}")
+    return b[:KEY_BYTES]
+
+
+def matched_blocks(num_hashes: int, num_tokens: int, block_size: int, local_blocks: int, stored_prefix: int) -> int:
+    """Blocks kvtier can add beyond vLLM's local hit.
+
+    ``stored_prefix`` is kvtier's longest stored prefix of the request's chain (in blocks from
+    block 0), ``local_blocks`` the blocks vLLM already has (block-aligned num_computed_tokens).
+    Only whole blocks count, and never the block holding the last token: vLLM must compute at
+    least one token to sample from, so the hit stops at (num_tokens - 1) // block_size blocks.
+    """
+    if block_size <= 0:
+        raise ValueError("block_size must be positive")
+    if num_tokens <= 1:
+        return 0
+    limit = min(num_hashes, (num_tokens - 1) // block_size)
+    return max(0, min(stored_prefix, limit) - local_blocks)
+
+
+@dataclass
+class RequestPlan:
+    """The scheduler side's state of one request.
+
+    Blocks [0, stored_prefix) are in kvtier (as of the last lookup); vLLM computed
+    [0, local_blocks) itself, and kvtier loads [local_blocks, local_blocks + ext_blocks).
+    saved_upto: blocks below it are in kvtier or already scheduled to be saved; every block
+    the request completes from there on is saved once, in order, each under the previous
+    block's key, so the chain stays whole.
+    """
+
+    req_id: str
+    block_size: int
+    local_blocks: int = 0
+    stored_prefix: int = 0
+    ext_blocks: int = 0
+    saved_upto: int = 0
+    block_ids: list = field(default_factory=list)
+    load_pending: bool = False
+
+    def on_lookup(self, local_blocks: int, stored_prefix: int, ext_blocks: int) -> None:
+        self.local_blocks = local_blocks
+        self.stored_prefix = stored_prefix
+        self.ext_blocks = ext_blocks
+        self.saved_upto = stored_prefix
+        self.load_pending = False
+
+    def on_alloc(self, block_ids: Sequence[int], num_external_tokens: int) -> None:
+        self.block_ids = list(block_ids)
+        # The scheduler may keep fewer external tokens than offered (it never takes more).
+        self.ext_blocks = min(self.ext_blocks, num_external_tokens // self.block_size)
+        self.load_pending = self.ext_blocks > 0
+
+    def set_blocks(self, block_ids: Sequence[int]) -> None:
+        self.block_ids = list(block_ids)
+
+    def append_blocks(self, block_ids: Sequence[int]) -> None:
+        self.block_ids.extend(block_ids)
+
+    def take_load(self, block_hashes: Sequence[bytes]) -> list:
+        """(block_id, key) of every block to load this step (once)."""
+        if not self.load_pending:
+            return []
+        self.load_pending = False
+        lo, hi = self.local_blocks, self.local_blocks + self.ext_blocks
+        hi = min(hi, len(self.block_ids), len(block_hashes))
+        return [(self.block_ids[i], block_key(block_hashes[i])) for i in range(lo, hi)]
+
+    def take_save(self, block_hashes: Sequence[bytes], tokens_after_step: int):
+        """(parent_key or None, [(block_id, key)]) of the blocks this step completes that
+        kvtier lacks; advances saved_upto."""
+        full = min(tokens_after_step // self.block_size, len(block_hashes), len(self.block_ids))
+        if full <= self.saved_upto:
+            return None, []
+        lo = self.saved_upto
+        parent = block_key(block_hashes[lo - 1]) if lo > 0 else None
+        blocks = [(self.block_ids[i], block_key(block_hashes[i])) for i in range(lo, full)]
+        self.saved_upto = full
+        return parent, blocks
+
+
+@dataclass(frozen=True)
+class PageGeometry:
+    num_blocks: int
+    page_bytes: int  # one block of one layer, as one run of bytes
+    block_stride_bytes: int  # distance between consecutive blocks' pages
+
+
+def page_geometry(shape: Sequence[int], stride: Sequence[int], elem_size: int) -> PageGeometry:
+    """The page geometry of a per-layer KV tensor whose first dimension is the block.
+
+    The page (everything below dimension 0) must be one contiguous run of bytes: dimensions
+    of size 1 are ignored, every other stride must equal the product of the sizes inside it.
+    Pages may be spaced wider than they are long (block_stride >= page), never overlap.
+    """
+    if len(shape) != len(stride) or len(shape) < 2:
+        raise ValueError(f"expected a [num_blocks, ...] tensor, got shape {list(shape)} stride {list(stride)}")
+    if elem_size <= 0:
+        raise ValueError("elem_size must be positive")
+    expected = 1
+    for size, st in reversed(list(zip(shape[1:], stride[1:]))):
+        if size == 1:
+            continue
+        if st != expected:
+            raise ValueError(
+                f"the page of a KV tensor of shape {list(shape)} and stride {list(stride)} is not "
+                "contiguous; kvtier copies whole pages as bytes")
+        expected *= size
+    page_elems = expected
+    if shape[0] > 1 and stride[0] < page_elems:
+        raise ValueError(f"pages overlap: block stride {stride[0]} < page of {page_elems} elements")
+    return PageGeometry(int(shape[0]), page_elems * elem_size, int(stride[0]) * elem_size)
+
+
+def batch_ranges(count: int, item_bytes: int, capacity: int) -> list:
+    """[start, end) ranges of items that fit in capacity bytes each."""
+    if item_bytes <= 0:
+        raise ValueError("item_bytes must be positive")
+    per = capacity // item_bytes
+    if per == 0:
+        raise ValueError(
+            f"a block of {item_bytes} bytes does not fit in the {capacity}-byte shared memory segment; "
+            "raise shared_memory_bytes")
+    return [(s, min(s + per, count)) for s in range(0, count, per)]
+
+
+def natural_layer_order(names) -> list:
+    """Layer names in model order: numbers compare as numbers (layers.10 after layers.9)."""
+    def key(name: str):
+        return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", name)]
+
+    return sorted(names, key=key)
+
+
+def layout_fingerprint(description: dict) -> str:
+    """16 hex digits of SHA-256 over the canonical JSON of a layout description."""
+    text = json.dumps(description, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def namespace_tenant(tenant: str, model: Optional[str], fingerprint: str) -> str:
+    """The kvtier tenant a model's blocks live under: tenant/model/layout-fingerprint."""
+    return f"{tenant}/{model or ''}/{fingerprint}"

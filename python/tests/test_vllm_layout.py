@@ -1,0 +1,154 @@
+"""kvtier.vllm's pure helpers (no vLLM, no torch): the hit a lookup gives vLLM, the blocks a
+step loads and saves, page geometry from shapes and strides, batching, namespaces. The parts
+that need torch or vLLM skip cleanly where they are absent."""
+
+import importlib.util
+
+import pytest
+
+from kvtier.vllm.layout import (
+    RequestPlan,
+    batch_ranges,
+    block_key,
+    layout_fingerprint,
+    matched_blocks,
+    namespace_tenant,
+    natural_layer_order,
+    page_geometry,
+)
+
+BS = 128
+
+
+def digests(n, salt=0):
+    return [bytes([(i + salt) % 256]) * 32 for i in range(n)]
+
+
+def test_block_key_is_first_16_bytes():
+    d = bytes(range(32))
+    assert block_key(d) == bytes(range(16))
+    with pytest.raises(ValueError):
+        block_key(b"short")
+
+
+def test_block_key_matches_kvtier_keys():
+    kvtier = pytest.importorskip("kvtier")
+    ids = list(range(3 * BS))
+    ds = kvtier.chain_digests(ids, BS, "sha256_cbor")
+    assert [block_key(d) for d in ds] == kvtier.chain_keys(ids, BS, "sha256_cbor")
+
+
+@pytest.mark.parametrize(
+    "num_hashes,num_tokens,local,stored,expect",
+    [
+        (7, 1000, 0, 7, 7),  # 1000 tokens: 7 full blocks, the last token is in block 7
+        (8, 1024, 0, 8, 7),  # exactly 8 blocks: never the block with the last token
+        (8, 1025, 0, 8, 8),
+        (7, 1000, 3, 7, 4),  # vLLM's own hit comes first
+        (7, 1000, 5, 2, 0),  # kvtier has less than vLLM
+        (7, 1000, 0, 0, 0),
+        (0, 100, 0, 0, 0),
+        (1, 1, 0, 1, 0),
+    ],
+)
+def test_matched_blocks(num_hashes, num_tokens, local, stored, expect):
+    assert matched_blocks(num_hashes, num_tokens, BS, local, stored) == expect
+
+
+def test_plan_loads_then_saves_the_rest_in_chain_order():
+    h = digests(10)
+    p = RequestPlan("r", BS)
+    ext = matched_blocks(len(h[:7]), 1000, BS, local_blocks=1, stored_prefix=4)
+    assert ext == 3
+    p.on_lookup(1, 4, ext)
+    p.on_alloc(list(range(100, 108)), ext * BS)
+    assert p.take_load(h[:7]) == [(101, h[1][:16]), (102, h[2][:16]), (103, h[3][:16])]
+    assert p.take_load(h[:7]) == []  # once
+    # this step computes tokens 512..1000: blocks 4, 5, 6 complete
+    parent, saves = p.take_save(h[:7], 1000)
+    assert parent == h[3][:16] and saves == [(104, h[4][:16]), (105, h[5][:16]), (106, h[6][:16])]
+    assert p.take_save(h[:7], 1001) == (None, [])
+    # decoding fills block 7 (new block id appended by the scheduler)
+    p.append_blocks([108])
+    parent, saves = p.take_save(h[:8], 1024)
+    assert parent == h[6][:16] and saves == [(107, h[7][:16])]
+
+
+def test_plan_scheduler_keeps_fewer_external_tokens():
+    h = digests(4)
+    p = RequestPlan("r", BS)
+    p.on_lookup(0, 4, 3)
+    p.on_alloc([1, 2, 3, 4], 0)  # the scheduler took none
+    assert p.take_load(h) == []
+
+
+def test_plan_chunked_prefill_saves_each_chunk():
+    h = digests(8)
+    p = RequestPlan("r", BS)
+    p.on_lookup(0, 0, 0)
+    p.on_alloc(list(range(8)), 0)
+    parent, s1 = p.take_save(h, 300)  # first chunk: 300 tokens -> blocks 0, 1
+    assert parent is None and [b for b, _ in s1] == [0, 1]
+    parent, s2 = p.take_save(h, 1000)
+    assert parent == h[1][:16] and [b for b, _ in s2] == [2, 3, 4, 5, 6]
+
+
+def test_page_geometry_gqa_cpu():
+    # [num_blocks, kv_heads, block_size, 2*head] bf16 (tools/vllm/README.md)
+    g = page_geometry((8192, 2, 128, 128), (32768, 16384, 128, 1), 2)
+    assert (g.num_blocks, g.page_bytes, g.block_stride_bytes) == (8192, 65536, 65536)
+
+
+def test_page_geometry_mla_cpu_ignores_unit_dims():
+    g = page_geometry((29127, 1, 16, 576), (9216, 576, 576, 1), 2)
+    assert (g.page_bytes, g.block_stride_bytes) == (18432, 18432)
+    g3 = page_geometry((29127, 16, 576), (9216, 576, 1), 2)
+    assert g3.page_bytes == 18432
+
+
+def test_page_geometry_spaced_pages_and_refusals():
+    assert page_geometry((4, 8, 16), (256, 16, 1), 4).block_stride_bytes == 1024
+    with pytest.raises(ValueError, match="not contiguous"):
+        page_geometry((4, 8, 16), (128, 1, 8), 2)  # transposed inside the page
+    with pytest.raises(ValueError, match="overlap"):
+        page_geometry((4, 8, 16), (64, 16, 1), 2)
+    with pytest.raises(ValueError):
+        page_geometry((4,), (1,), 2)
+
+
+def test_batch_ranges():
+    assert batch_ranges(10, 3, 10) == [(0, 3), (3, 6), (6, 9), (9, 10)]
+    assert batch_ranges(0, 3, 10) == []
+    with pytest.raises(ValueError, match="shared_memory_bytes"):
+        batch_ranges(1, 11, 10)
+
+
+def test_layer_order_and_namespace():
+    names = [f"model.layers.{i}.self_attn.attn" for i in (10, 2, 1, 0)]
+    assert natural_layer_order(names) == [f"model.layers.{i}.self_attn.attn" for i in (0, 1, 2, 10)]
+    a = layout_fingerprint({"block_size": 128, "dtype": "bf16", "layers": names})
+    assert a == layout_fingerprint({"layers": names, "dtype": "bf16", "block_size": 128})
+    assert a != layout_fingerprint({"block_size": 16, "dtype": "bf16", "layers": names})
+    assert len(a) == 16
+    assert namespace_tenant("chat", "llama", a) == f"chat/llama/{a}"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
+def test_page_views_round_trip_with_torch():
+    import torch
+
+    kv = torch.arange(6 * 2 * 4 * 8, dtype=torch.float32).to(torch.bfloat16).view(6, 2, 4, 8)
+    g = page_geometry(tuple(kv.shape), tuple(kv.stride()), kv.element_size())
+    u8 = kv.view(torch.uint8).as_strided((g.num_blocks, g.page_bytes), (g.block_stride_bytes, 1))
+    assert bytes(u8[3].numpy()) == bytes(kv[3].contiguous().view(torch.uint8).numpy())
+    ids = torch.tensor([1, 4])
+    pages = u8.index_select(0, ids).clone()
+    other = torch.zeros_like(kv)
+    o8 = other.view(torch.uint8).as_strided((g.num_blocks, g.page_bytes), (g.block_stride_bytes, 1))
+    o8.index_copy_(0, ids, pages)
+    assert torch.equal(other[1], kv[1]) and torch.equal(other[4], kv[4]) and not other[0].any()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm not installed")
+def test_connector_module_imports():
+    from kvtier.vllm import KvtierConnector  # noqa: F401
