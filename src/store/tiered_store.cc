@@ -316,14 +316,20 @@ struct TieredStore::Impl {
   }
 
   // Writes into tier `t`, making room when it is full: demotion down to its watermark first,
-  // then, when it is under its watermark and still full (its free space lies in slots of
-  // other sizes), a few blocks' worth more.
+  // then, when its accounting has room for the block and the tier still refuses it (its free
+  // space lies in slots of other sizes), a few blocks' worth more. A tier full of pinned
+  // blocks is left alone: moving other blocks out would not make room.
   Status WriteMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes) {
+    const TierState& ts = tiers[static_cast<std::size_t>(t)];
     Status s = WriteTo(t, key, payload, bytes);
-    if (s.code() != StatusCode::kResourceExhausted || tiers[static_cast<std::size_t>(t)].capacity == 0) return s;
+    if (s.code() != StatusCode::kResourceExhausted || ts.capacity == 0) return s;
     Rebalance(t, bytes);
     s = WriteTo(t, key, payload, bytes);
     if (s.code() != StatusCode::kResourceExhausted) return s;
+    {
+      std::lock_guard lock(mu_);
+      if (ts.used + bytes > ts.capacity) return s;
+    }
     Rebalance(t, bytes, uint64_t{kReclaimBlocks} * bytes);
     return WriteTo(t, key, payload, bytes);
   }
