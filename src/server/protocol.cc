@@ -509,10 +509,12 @@ Result<Message> DecodePayload(const FrameHeader& h, std::span<const std::byte> p
         GetReply m;
         m.sizes.resize(r.Count("sizes", 4));
         for (uint32_t& s : m.sizes) s = r.Get<uint32_t>("size");
-        m.inline_blocks.resize(r.Count("inline blocks", 4));
-        if (!m.inline_blocks.empty() && m.inline_blocks.size() != m.sizes.size()) {
+        const std::size_t inline_count = r.Count("inline blocks", 4);
+        if (inline_count != 0 && inline_count != m.sizes.size()) {
           r.Fail("a Get reply carries every block inline or none");
+          break;  // the blocks are not read: they would be matched against sizes that are not there
         }
+        m.inline_blocks.resize(inline_count);
         for (std::size_t i = 0; i < m.inline_blocks.size(); ++i) {
           m.inline_blocks[i] = r.Bytes("inline block");
           if (m.inline_blocks[i].size() != m.sizes[i]) r.Fail("an inline block's length is not its size");
