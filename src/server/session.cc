@@ -169,7 +169,7 @@ Reply Session::Get(const protocol::Get& m) {
       return Error(Status::InvalidArgument("a Get's destinations must be all inline or all shared"));
     }
     if (inline_reply) {
-      inline_total += d.length + 8;  // each block's bytes plus its size and length fields
+      inline_total += uint64_t{d.length} + 8;  // each block's bytes plus its size and length fields
       if (inline_total + 8 > options_.limits.max_payload_bytes) {
         return Error(Status::ResourceExhausted("a Get of " + std::to_string(inline_total) +
                                                " inline bytes is over the frame limit; use shared memory or smaller batches"));
