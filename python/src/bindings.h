@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -40,6 +41,31 @@ void BindDaemon(py::module_& m);
 inline void ThrowIfError(const Status& status) {
   if (!status.ok()) ThrowStatus(status);
 }
+
+// The state of a Python object over a closable kvtier object (a store, a connection). Calls
+// in flight hold their own reference, so close() from another thread (or the object's
+// collection) never frees it under them: it closes when the last of them returns. `what`
+// names it in the error of a call after close().
+template <typename T>
+class ClosableHandle {
+ public:
+  ClosableHandle(std::shared_ptr<T> object, const char* what) : object_(std::move(object)), what_(what) {}
+
+  std::shared_ptr<T> Get() const {
+    std::shared_ptr<T> o = object_;
+    if (!o) ThrowStatus(Status::FailedPrecondition(std::string(what_) + " is closed"));
+    return o;
+  }
+  void Close() {
+    std::shared_ptr<T> o = std::move(object_);
+    py::gil_scoped_release release;  // closing may finish I/O in flight
+    o.reset();
+  }
+
+ private:
+  std::shared_ptr<T> object_;
+  const char* what_;
+};
 template <typename T>
 T ValueOrThrow(Result<T> result) {
   if (!result.ok()) ThrowStatus(result.status());

@@ -13,25 +13,10 @@
 namespace kvtier::python {
 namespace {
 
-// The Python object's state; calls in flight share the connection, so close() from another
-// thread (or collection) never frees it under them.
-class PyClient {
+// A connection; calls in flight share it (ClosableHandle).
+class PyClient : public ClosableHandle<Client> {
  public:
-  explicit PyClient(std::shared_ptr<Client> client) : client_(std::move(client)) {}
-
-  std::shared_ptr<Client> Get() const {
-    std::shared_ptr<Client> c = client_;
-    if (!c) ThrowStatus(Status::FailedPrecondition("the client is closed"));
-    return c;
-  }
-  void Close() {
-    std::shared_ptr<Client> c = std::move(client_);
-    py::gil_scoped_release release;
-    c.reset();
-  }
-
- private:
-  std::shared_ptr<Client> client_;
+  explicit PyClient(std::shared_ptr<Client> client) : ClosableHandle(std::move(client), "the client") {}
 };
 
 // Exports the shared segment through the buffer protocol, keeping the connection (and so the

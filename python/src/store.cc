@@ -13,26 +13,10 @@
 namespace kvtier::python {
 namespace {
 
-// The Python object's state. The store is shared with calls in flight, so close() (or the
-// object's collection) while another thread is inside put/get is safe: the store closes when
-// the last of them returns.
-class PyStore {
+// A store; calls in flight share it (ClosableHandle), so close() waits for none of them.
+class PyStore : public ClosableHandle<TieredStore> {
  public:
-  explicit PyStore(std::shared_ptr<TieredStore> store) : store_(std::move(store)) {}
-
-  std::shared_ptr<TieredStore> Get() const {
-    std::shared_ptr<TieredStore> s = store_;
-    if (!s) ThrowStatus(Status::FailedPrecondition("the store is closed"));
-    return s;
-  }
-  void Close() {
-    std::shared_ptr<TieredStore> s = std::move(store_);
-    py::gil_scoped_release release;  // finishing the moves in flight may take a while
-    s.reset();
-  }
-
- private:
-  std::shared_ptr<TieredStore> store_;
+  explicit PyStore(std::shared_ptr<TieredStore> store) : ClosableHandle(std::move(store), "the store") {}
 };
 
 // Unpins its blocks when released, collected or its `with` block ends.
