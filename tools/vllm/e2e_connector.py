@@ -4,6 +4,7 @@
     PY=/work/venv-vllm/bin/python
     $PY tools/vllm/e2e_connector.py roundtrip                 # tiny Llama GQA, 1000-token prompt
     $PY tools/vllm/e2e_connector.py roundtrip --arch deepseek # DeepSeek-V2 MLA
+    $PY tools/vllm/e2e_connector.py roundtrip --tiers disk    # blocks on disk: asynchronous loads
     $PY tools/vllm/e2e_connector.py ttft                      # 8 layers, hidden 1024: 2k/4k/8k
 
 `kvtier serve` runs in this process (kvtier.serve, DRAM over a small disk tier, no
@@ -14,8 +15,8 @@ them) and load-<key>.bin (the pages engine B holds after loading, read back from
 cache tensors). Prints RESULT {json} lines and a final verdict; exits 1 on a failed check.
 
 kvtier must be importable with its vllm subpackage. If it is not, the script lays out
-<tmp>/pkg/kvtier from $KVTIER_BUILD_PYTHON (default /work/main/build/release/python, the
-built extension) plus this checkout's python/kvtier/vllm.
+<tmp>/pkg/kvtier from $KVTIER_BUILD_PYTHON (default build/release/python of this checkout,
+the built extension) plus this checkout's python/kvtier/vllm.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def make_pkg(tmp: str) -> str | None:
         return None
     except ImportError:
         pass
-    build = os.environ.get("KVTIER_BUILD_PYTHON", "/work/main/build/release/python")
+    build = os.environ.get("KVTIER_BUILD_PYTHON", os.path.join(REPO, "build", "release", "python"))
     src = os.path.join(build, "kvtier")
     dst = os.path.join(tmp, "pkg", "kvtier")
     os.makedirs(dst)
@@ -59,17 +60,20 @@ def make_pkg(tmp: str) -> str | None:
     return os.path.join(tmp, "pkg")
 
 
-def serve_yaml(data_dir: str) -> str:
-    return f"""
-data_dir: {data_dir}
-tiers:
+def serve_yaml(data_dir: str, tiers: str) -> str:
+    """dram: DRAM over a disk tier, blocks stay in DRAM (synchronous loads); disk: only a
+    disk tier (the connector loads asynchronously)."""
+    dram = """
   - kind: cpu_dram
     capacity: 2GiB
-    lock_memory: false
+    lock_memory: false""" if tiers == "dram" else ""
+    return f"""
+data_dir: {data_dir}
+tiers:{dram}
   - kind: nvme
     name: disk
     files: [disk/slab.0]
-    capacity: 1GiB
+    capacity: 2GiB
 store:
   policy: bayes
   persistence: none
@@ -104,6 +108,7 @@ def run_engine(a: argparse.Namespace) -> int:
         extra["events_path"] = spec["events_path"]
     if spec.get("scramble"):
         extra["debug_scramble_load"] = True
+    extra.update(spec.get("extra", {}))
     kwargs = dict(model=spec["model_dir"], load_format="dummy", skip_tokenizer_init=True,
                   enable_prefix_caching=False, prefix_caching_hash_algo="sha256_cbor",
                   max_model_len=spec["max_model_len"], dtype="bfloat16", enforce_eager=True, seed=0)
@@ -169,17 +174,19 @@ def roundtrip(a, tmp, env, socket) -> bool:
     model_dir = os.path.join(tmp, "model")
     os.makedirs(model_dir)
     base = {"arch": a.arch, "model": model_args(a), "model_dir": model_dir, "socket": socket,
-            "max_model_len": a.max_model_len}
+            "max_model_len": a.max_model_len, "extra": connector_extra(a)}
     dump_a, dump_b = os.path.join(tmp, "dumpA"), os.path.join(tmp, "dumpB")
     A = spawn({**base, "name": "A", "dump_dir": dump_a, "jobs": [
         {"tag": "P", "len": a.prompt_len, "salt": 0, "max_tokens": 8, "logprobs": 5}]}, env, os.path.join(tmp, "A.log"))
     B = spawn({**base, "name": "B", "dump_dir": dump_b, "jobs": [
         {"tag": "P", "len": a.prompt_len, "salt": 0, "max_tokens": 8, "logprobs": 5},
         {"tag": "Q", "len": a.prompt_len, "salt": 1, "max_tokens": 8, "logprobs": 5}]}, env, os.path.join(tmp, "B.log"))
-    # Negative control: engine C loads the same blocks but puts each block's pages into its
-    # neighbour's page. If the engine really attends to the loaded pages, its output changes.
+    # Negative control (--scramble-control): engine C loads the same blocks but puts each
+    # block's pages into its neighbour's page. With dummy weights its output barely changes
+    # (see the INFO line), so it is informational and off by default.
     C = spawn({**base, "name": "C", "dump_dir": os.path.join(tmp, "dumpC"), "scramble": True, "jobs": [
-        {"tag": "P", "len": a.prompt_len, "salt": 0, "max_tokens": 8, "logprobs": 5}]}, env, os.path.join(tmp, "C.log"))
+        {"tag": "P", "len": a.prompt_len, "salt": 0, "max_tokens": 8, "logprobs": 5}]}, env,
+        os.path.join(tmp, "C.log")) if a.scramble_control else A
     for r in A + B + C:
         print("RESULT " + json.dumps(r))
     ev_a, ev_b = events(dump_a), events(dump_b)
@@ -221,12 +228,17 @@ def roundtrip(a, tmp, env, socket) -> bool:
         "different prompt Q misses (0 matched)": len(lk_b) >= 2 and lk_b[1]["matched_tokens"] == 0,
         "no load errors": all(e.get("failed", 0) == 0 for e in ev_b if e["event"] == "load"),
     }
+    loads_ev = [e for e in ev_b if e["event"] == "load"]
+    want_async = a.async_load == "always" or (a.async_load == "auto" and a.tiers == "disk")
+    checks[f"B's loads were {'asynchronous' if want_async else 'synchronous'} ({a.tiers} tiers, "
+           f"async_load {a.async_load})"] = bool(loads_ev) and all(
+               e.get("asynchronous") == want_async for e in loads_ev)
     summary = {"event": "roundtrip", "arch": a.arch, "prompt_len": a.prompt_len, "block_size": bs,
                "block_bytes": reg[0]["block_bytes"] if reg else None, "kv_shape": reg[0]["shape"] if reg else None,
                "A_saved_blocks": len(saves_a), "B_lookups": [(e["req_id"], e["matched_tokens"]) for e in lk_b],
                "B_loaded_blocks": len(loads_b), "pages_equal": same, "pages_differ": differ,
-               "out_A": out_a, "out_B": out_bp, "logprob_maxdiff_A_B": d_ab, "logprob_maxdiff_A_C_scrambled": d_ac,
-               "logprobs_A": lp_a, "logprobs_B": lp_b, "logprobs_C": lp_c, "top0_A": top_a, "top0_B": top_b,
+               "out_A": out_a, "out_B": out_bp, "logprob_maxdiff_A_B": d_ab, "logprob_maxdiff_A_C_scrambled": d_ac if a.scramble_control else None,
+               "logprobs_A": lp_a, "logprobs_B": lp_b, "logprobs_C": lp_c if a.scramble_control else None, "top0_A": top_a, "top0_B": top_b,
                "load_events_B": [e for e in ev_b if e["event"] in ("load", "worker_stats")]}
     print("RESULT " + json.dumps(summary))
     for name, ok in checks.items():
@@ -235,7 +247,8 @@ def roundtrip(a, tmp, env, socket) -> bool:
     # (about -ln(vocab) for every token) barely depends on the KV: the scrambled control C
     # usually matches too, and token/logprob equality alone proves little. The byte equality
     # of the pages is the proof.
-    print(f"INFO: max logprob diff A-B {d_ab:.3g}, A-C(scrambled) {d_ac:.3g}; "
+    control = f", A-C(scrambled) {d_ac:.3g}" if a.scramble_control else ""
+    print(f"INFO: max logprob diff A-B {d_ab:.3g}{control}; "
           f"first-step logprob {lp_a[0]:.4f} vs -ln(vocab) {-__import__('math').log(a.vocab):.4f}")
     return all(checks.values())
 
@@ -251,7 +264,7 @@ def ttft(a, tmp, env, socket) -> bool:
             jobs.append({"tag": "miss", "len": n, "salt": 10 * n + rep, "max_tokens": 1})
             jobs.append({"tag": "hit", "len": n, "salt": 10 * n + rep, "max_tokens": 1})
     base = {"arch": a.arch, "model": model_args(a), "model_dir": model_dir, "socket": socket,
-            "max_model_len": a.max_model_len}
+            "max_model_len": a.max_model_len, "extra": connector_extra(a)}
     ev_path = os.path.join(tmp, "T-events.jsonl")
     res = spawn({**base, "name": "T", "events_path": ev_path, "jobs": jobs}, env, os.path.join(tmp, "T.log"))
     base_res = []
@@ -261,7 +274,8 @@ def ttft(a, tmp, env, socket) -> bool:
     for r in res + base_res:
         print("RESULT " + json.dumps(r))
     print(f"\nTTFT (s, generate with max_tokens=1), {a.layers} layers, hidden {a.hidden}, "
-          f"{a.heads} heads / {a.kv_heads} kv heads, bf16, block 128")
+          f"{a.heads} heads / {a.kv_heads} kv heads, bf16, block 128; {a.tiers} tiers, "
+          f"async_load {a.async_load}, pipeline_layers {not a.no_pipeline}")
     hdr = "| prompt | no connector | kvtier miss (compute + save) | kvtier hit (load) | speedup hit vs miss |"
     print(hdr + "\n|---|---|---|---|---|")
     ok = True
@@ -281,6 +295,10 @@ def ttft(a, tmp, env, socket) -> bool:
     return ok
 
 
+def connector_extra(a: argparse.Namespace) -> dict:
+    return {"async_load": a.async_load, "pipeline_layers": not a.no_pipeline}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("mode", nargs="?", choices=["roundtrip", "ttft"], default="roundtrip")
@@ -296,6 +314,11 @@ def main() -> int:
     p.add_argument("--lens", default="2048,4096,8192")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--baseline", action="store_true", help="ttft: also an engine without the connector")
+    p.add_argument("--tiers", choices=["dram", "disk"], default="dram",
+                   help="the daemon's tiers: DRAM over disk, or disk only (blocks load asynchronously)")
+    p.add_argument("--async-load", choices=["auto", "always", "never"], default="auto")
+    p.add_argument("--no-pipeline", action="store_true", help="synchronous loads copy every layer up front")
+    p.add_argument("--scramble-control", action="store_true", help="roundtrip: also run the scrambled-load control")
     p.add_argument("--keep", action="store_true", help="keep the temp dir")
     a = p.parse_args()
     if a.engine:
@@ -316,7 +339,7 @@ def main() -> int:
     env = engine_env(pkg)
     print(f"# tmp {tmp}; PYTHONHASHSEED={env['PYTHONHASHSEED']}", flush=True)
     t0 = time.perf_counter()
-    with kt.serve(config_text=serve_yaml(os.path.join(tmp, "srv"))) as daemon:
+    with kt.serve(config_text=serve_yaml(os.path.join(tmp, "srv"), a.tiers)) as daemon:
         ok = (roundtrip if a.mode == "roundtrip" else ttft)(a, tmp, env, daemon.socket_path)
         st = daemon.store_stats()
         print("RESULT " + json.dumps({"event": "store", "blocks": [t.get("blocks") for t in st.get("tiers", [])],

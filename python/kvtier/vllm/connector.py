@@ -9,9 +9,13 @@ Written against vLLM 0.32.0 (KVConnectorBase_V1; tools/vllm/README.md). Design: 
   "{tenant}/{model}/{layout fingerprint}" so that two models or layouts never share blocks.
 - One kvtier block per vLLM block: all layers' pages of the block, concatenated in layer
   order, copied as opaque bytes (the CPU GQA page interior is transposed; never sliced).
-- Loads are synchronous (get_num_new_matched_tokens returns (n, False)): start_load_kv, which
-  vLLM runs before the forward of a step with sync loads, copies them in. Saves happen in
-  wait_for_save, after the forward that completed the blocks.
+- Loads run on the worker's loader thread (kvtier.vllm.loader) with their own client and
+  segment. Blocks in fast tiers load synchronously and layer-pipelined: start_load_kv, which
+  vLLM runs before the forward of a step with sync loads, starts the copy and
+  wait_for_layer_load(layer) waits only for that layer. Blocks in a slow tier (NVMe, remote,
+  parallel filesystem; extra config "async_load") load asynchronously: the scheduler returns
+  (n, True), vLLM parks the request, and get_finished reports it once its blocks are in.
+- Saves happen in wait_for_save, after the forward that completed the blocks.
 """
 
 from __future__ import annotations
@@ -35,24 +39,29 @@ import kvtier
 from kvtier.vllm.layout import (
     RequestPlan,
     batch_ranges,
+    hit_sources,
     layout_fingerprint,
+    load_asynchronously,
     matched_blocks,
     namespace_tenant,
     natural_layer_order,
     page_geometry,
 )
+from kvtier.vllm.loader import BlockLoader, LoadJob
 
 logger = init_logger(__name__)
 
 _SCHEDULER_SHM_BYTES = 1 << 20  # the scheduler only looks up
 _DEFAULT_SHM_BYTES = 256 << 20
+_DEFAULT_LOAD_BUFFER_BYTES = 512 << 20  # a step that fits is layer-pipelined (16k tokens of Llama-8B: 2 GiB)
 
 
 @dataclass
 class KvtierConnectorMetadata(KVConnectorMetadata):
     """Scheduler -> worker, once per step (pickled across processes)."""
 
-    # (req_id, [(block_id, key16)]) to load before this step's forward
+    # (req_id, [(block_id, key16)], asynchronously?) to load: the synchronous ones before
+    # this step's forward, the asynchronous ones whenever they are ready
     loads: list = field(default_factory=list)
     # (req_id, parent key16 or None, [(block_id, key16)]) to save after it
     saves: list = field(default_factory=list)
@@ -114,25 +123,40 @@ class KvtierConnector(KVConnectorBase_V1):
         self._scramble_load = bool(extra.get("debug_scramble_load", False))
         if self._dump_dir:
             os.makedirs(self._dump_dir, exist_ok=True)
+        self._async_mode = str(extra.get("async_load", "auto"))
+        load_asynchronously(self._async_mode, [], [])  # rejects an unknown mode now, not at the first hit
+        self._use_cost_model = bool(extra.get("use_cost_model", True))
+        self._pipeline_layers = bool(extra.get("pipeline_layers", True))
+        self._load_buffer_bytes = int(extra.get("load_buffer_bytes", _DEFAULT_LOAD_BUFFER_BYTES))
         shm_bytes = int(extra.get("shared_memory_bytes", _DEFAULT_SHM_BYTES))
         if role == KVConnectorRole.SCHEDULER:
             shm_bytes = _SCHEDULER_SHM_BYTES
+        self._socket_path = socket_path
+        self._auth_token = str(extra.get("auth_token", ""))
         self._client = kvtier.Client.connect_unix(
-            socket_path, tenant=self._tenant, auth_token=str(extra.get("auth_token", "")),
-            shared_memory_bytes=shm_bytes)
+            socket_path, tenant=self._tenant, auth_token=self._auth_token, shared_memory_bytes=shm_bytes)
+        # What each of the server's tiers is, for the async decision and vLLM's hit sources.
+        self._tier_kinds = [t.get("kind", "") for t in self._client.stats().get("tiers", [])]
         logger.info("KvtierConnector(%s): tenant %r, block_size %d, socket %s", role.name, self._tenant,
                     self._block_size, socket_path)
         # scheduler side
         self._plans: dict[str, RequestPlan] = {}
         self._requests: dict[str, Any] = {}
+        self._async_to_start: set = set()  # allocated, not yet in a step's metadata
         # worker side
         self._layers: list = []  # (name, uint8 [num_blocks, page_bytes] view, page_bytes, offset)
+        self._layer_index: dict = {}
         self._block_bytes = 0
         self._shm = None
         self._shm_t = None
+        self._load_client = None  # the loader thread's own connection and segment
+        self._load_shm_t = None
+        self._loader: Optional[BlockLoader] = None
+        self._sync_jobs: list = []  # this step's, until the forward is done with them
+        self._load_started: dict = {}  # req_id -> perf_counter at submit
         self._load_errors: set = set()
-        self.stats = {"lookups": 0, "hit_tokens": 0, "loaded_blocks": 0, "saved_blocks": 0,
-                      "load_failed_blocks": 0, "refused_blocks": 0, "load_s": 0.0, "save_s": 0.0}
+        self.stats = {"lookups": 0, "hit_tokens": 0, "async_loads": 0, "loaded_blocks": 0, "saved_blocks": 0,
+                      "load_failed_blocks": 0, "refused_blocks": 0, "load_wait_s": 0.0, "save_s": 0.0}
 
     # ------------------------------------------------------------------ helpers
     def _event(self, **rec) -> None:
@@ -169,18 +193,51 @@ class KvtierConnector(KVConnectorBase_V1):
         self._block_bytes = offset
         self._shm = self._client.shared_memory
         self._shm_t = torch.frombuffer(self._shm, dtype=torch.uint8)
-        logger.info("KvtierConnector: %d layers, %d bytes per kvtier block, %d-byte segment", len(layers),
-                    offset, len(self._shm))
+        self._layer_index = {name: i for i, (name, _, _, _) in enumerate(layers)}
+        self._start_loader()
+        logger.info("KvtierConnector: %d layers, %d bytes per kvtier block, %d-byte segment, %d-byte load buffer",
+                    len(layers), offset, len(self._shm), self._load_buffer_bytes)
         self._event(event="register", layers=len(layers), block_bytes=offset,
                     shape=list(next(iter(kv_caches.values())).shape) if kv_caches else None)
+
+    def _start_loader(self) -> None:
+        slots = self._load_buffer_bytes // self._block_bytes if self._block_bytes else 0
+        if slots < 1:
+            raise ValueError(f"KvtierConnector: load_buffer_bytes {self._load_buffer_bytes} holds no "
+                             f"{self._block_bytes}-byte block; raise it")
+        self._load_client = kvtier.Client.connect_unix(
+            self._socket_path, tenant=self._tenant, auth_token=self._auth_token,
+            shared_memory_bytes=slots * self._block_bytes)
+        self._load_shm_t = torch.frombuffer(self._load_client.shared_memory, dtype=torch.uint8)
+        self._loader = BlockLoader(self._fetch, self._unpack, len(self._layers), slots, self._pipeline_layers)
 
     def _pack(self, ids: torch.Tensor, dst: torch.Tensor) -> None:
         """dst [n, block_bytes] <- the pages of blocks ids, layer after layer."""
         for _, u8, page, off in self._layers:
             dst[:, off:off + page].copy_(u8.index_select(0, ids))
 
-    def _unpack(self, ids: torch.Tensor, src: torch.Tensor) -> None:
-        for _, u8, page, off in self._layers:
+    # The loader thread's callbacks (kvtier.vllm.loader.Fetch and Unpack).
+    def _fetch(self, keys, first_slot: int) -> int:
+        bb = self._block_bytes
+        shm = self._load_client.shared_memory
+        outs = [shm[(first_slot + j) * bb:(first_slot + j + 1) * bb] for j in range(len(keys))]
+        try:
+            sizes = self._load_client.get(keys, outs)
+        except kvtier.KvtierError as e:
+            logger.warning("KvtierConnector: get of %d blocks failed: %s", len(keys), e)
+            return 0
+        good = 0
+        while good < len(sizes) and sizes[good] == bb:
+            good += 1
+        return good
+
+    def _unpack(self, layer: Optional[int], block_ids, first_slot: int) -> None:
+        bb, n = self._block_bytes, len(block_ids)
+        src = self._load_shm_t[first_slot * bb:(first_slot + n) * bb].view(n, bb)
+        ids = torch.tensor(block_ids, dtype=torch.long)
+        if self._scramble_load and n > 1:
+            ids = ids.roll(1)  # negative control for tests only: each block gets its neighbour's pages
+        for _, u8, page, off in (self._layers if layer is None else [self._layers[layer]]):
             u8.index_copy_(0, ids, src[:, off:off + page])
 
     def _dump(self, prefix: str, keys, rows: torch.Tensor) -> None:
@@ -188,62 +245,58 @@ class KvtierConnector(KVConnectorBase_V1):
             with open(os.path.join(self._dump_dir, f"{prefix}-{k.hex()}.bin"), "wb") as f:
                 f.write(rows[j].numpy().tobytes())
 
+    def _loaded(self, job: LoadJob, seconds: float) -> None:
+        """Accounts for a finished load job; its failed blocks go to vLLM as load errors."""
+        failed = set(job.failed)
+        good = [(b, k) for b, k in job.blocks if b not in failed]
+        self.stats["loaded_blocks"] += len(good)
+        self.stats["load_failed_blocks"] += len(failed)
+        if failed:
+            self._load_errors.update(failed)
+            logger.warning("KvtierConnector: %s: %d of %d blocks could not be loaded; vLLM recomputes them",
+                           job.req_id, len(failed), len(job.blocks))
+        if self._dump_dir and good:
+            back = torch.empty((len(good), self._block_bytes), dtype=torch.uint8)
+            self._pack(torch.tensor([b for b, _ in good], dtype=torch.long), back)  # from vLLM's pages
+            self._dump("load", [k for _, k in good], back)
+        self._event(event="load", req_id=job.req_id, blocks=len(job.blocks), failed=len(failed),
+                    asynchronous=job.is_async, seconds=round(seconds, 4))
+
     def start_load_kv(self, forward_context, **kwargs) -> None:
-        if not self.has_connector_metadata():
+        if not self.has_connector_metadata() or self._loader is None:
             return
         meta = self._get_connector_metadata()
         if not meta.loads:
             return
-        t0 = time.perf_counter()
-        bb = self._block_bytes
-        for req_id, blocks in meta.loads:
-            failed_from = None
-            for lo, hi in batch_ranges(len(blocks), bb, len(self._shm)):
-                part = blocks[lo:hi]
-                keys = [k for _, k in part]
-                n = len(part)
-                try:
-                    sizes = self._client.get(keys, [self._shm[j * bb:(j + 1) * bb] for j in range(n)])
-                except kvtier.KvtierError as e:
-                    logger.warning("KvtierConnector: get for %s failed: %s", req_id, e)
-                    sizes = []
-                good = 0
-                while good < len(sizes) and sizes[good] == bb:
-                    good += 1
-                if good:
-                    ids = torch.tensor([b for b, _ in part[:good]], dtype=torch.long)
-                    src = self._shm_t[:good * bb].view(good, bb)
-                    if self._scramble_load and good > 1:
-                        # Negative control for tests only: each block gets its neighbour's pages.
-                        self._unpack(ids.roll(1), src)
-                    else:
-                        self._unpack(ids, src)
-                    self.stats["loaded_blocks"] += good
-                    if self._dump_dir:
-                        back = torch.empty((good, bb), dtype=torch.uint8)
-                        self._pack(ids, back)  # read back from vLLM's pages, not from the segment
-                        self._dump("load", keys[:good], back)
-                if good < n:
-                    failed_from = lo + good
-                    break
-            if failed_from is not None:
-                bad = [b for b, _ in blocks[failed_from:]]
-                self._load_errors.update(bad)
-                self.stats["load_failed_blocks"] += len(bad)
-                logger.warning("KvtierConnector: %s: %d of %d blocks could not be loaded; vLLM recomputes them",
-                               req_id, len(bad), len(blocks))
-            self._event(event="load", req_id=req_id, blocks=len(blocks),
-                        failed=0 if failed_from is None else len(blocks) - failed_from,
-                        seconds=round(time.perf_counter() - t0, 4))
-        self.stats["load_s"] += time.perf_counter() - t0
+        now = time.perf_counter()
+        sync_jobs, async_jobs = [], []
+        for req_id, blocks, is_async in meta.loads:
+            (async_jobs if is_async else sync_jobs).append(LoadJob(req_id, list(blocks), is_async))
+            self._load_started[req_id] = now
+        self._sync_jobs = sync_jobs
+        self._loader.submit(sync_jobs, async_jobs)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        return  # loads are synchronous: start_load_kv copied every layer before the forward
+        if self._loader is not None:
+            self._loader.wait_layer(self._layer_index.get(layer_name, -1))
+
+    def _finish_sync_loads(self) -> None:
+        """Waits for this step's synchronous loads (every layer's gate opened already if the
+        forward ran) and accounts for them."""
+        if self._loader is None or not self._sync_jobs:
+            return
+        t0 = time.perf_counter()
+        self._loader.wait_step()
+        self.stats["load_wait_s"] += time.perf_counter() - t0
+        for job in self._sync_jobs:
+            self._loaded(job, time.perf_counter() - self._load_started.pop(job.req_id, t0))
+        self._sync_jobs = []
 
     def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs) -> None:
         return  # the pages are copied from the registered tensors in wait_for_save
 
     def wait_for_save(self):
+        self._finish_sync_loads()  # the forward has run; the pages saved below may be among them
         if not self.has_connector_metadata():
             return
         meta = self._get_connector_metadata()
@@ -281,46 +334,79 @@ class KvtierConnector(KVConnectorBase_V1):
         self.stats["save_s"] += time.perf_counter() - t0
 
     def get_finished(self, finished_req_ids: set[str]):
-        return None, None
+        if self._loader is None:
+            return None, None
+        done = set()
+        now = time.perf_counter()
+        for job in self._loader.take_finished():
+            self.stats["async_loads"] += 1
+            self._loaded(job, now - self._load_started.pop(job.req_id, now))
+            done.add(job.req_id)
+        return None, (done or None)
 
     def get_block_ids_with_load_errors(self) -> set[int]:
+        self._finish_sync_loads()
         bad, self._load_errors = self._load_errors, set()
         return bad
 
     def shutdown(self):
+        if self._loader is not None:
+            self._loader.close()
+            self._loader = None
         if self._role == KVConnectorRole.WORKER:
             self._event(event="worker_stats", **{k: (round(v, 4) if isinstance(v, float) else v)
                                                   for k, v in self.stats.items()})
-        self._shm_t = None
+        self._shm_t = self._load_shm_t = None
         self._shm = None
-        try:
-            self._client.close()
-        except Exception:  # pragma: no cover
-            pass
+        for client in (self._client, self._load_client):
+            try:
+                if client is not None:
+                    client.close()
+            except Exception:  # pragma: no cover
+                pass
 
     # ---------------------------------------------------------- scheduler side
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
         bs = self._block_size
         hashes = request.block_hashes
         local = num_computed_tokens // bs
-        stored = 0
+        stored = worth = 0
+        tiers: list = []
         if hashes:
             try:
-                [(stored, _load, _tiers, _sizes)] = self._client.lookup([[bytes(h) for h in hashes]])
+                [(stored, worth, tiers, _sizes)] = self._client.lookup([[bytes(h) for h in hashes]])
             except kvtier.KvtierError as e:
                 logger.warning("KvtierConnector: lookup failed (treated as a miss): %s", e)
-        ext = matched_blocks(len(hashes), request.num_tokens, bs, local, stored)
+        # The server's cost model may find recomputing a block cheaper than loading it.
+        usable = min(stored, worth) if self._use_cost_model else stored
+        ext = matched_blocks(len(hashes), request.num_tokens, bs, local, usable)
+        is_async = load_asynchronously(self._async_mode, tiers[local:local + ext], self._tier_kinds)
         plan = self._plans.get(request.request_id)
         if plan is None:
             plan = self._plans[request.request_id] = RequestPlan(request.request_id, bs)
-        plan.on_lookup(local, stored, ext)
+        plan.on_lookup(local, stored, ext, tiers, is_async)
+        if is_async:
+            # The server starts promoting the blocks now; the worker's get follows a step later.
+            try:
+                self._client.prefetch([bytes(h) for h in hashes[local:local + ext]])
+            except kvtier.KvtierError as e:
+                logger.warning("KvtierConnector: prefetch failed (the load still runs): %s", e)
         self._requests[request.request_id] = request
         self.stats["lookups"] += 1
         self.stats["hit_tokens"] += ext * bs
         self._event(event="lookup", req_id=request.request_id, num_tokens=request.num_tokens,
                     num_hashes=len(hashes), local_tokens=num_computed_tokens, stored_blocks=stored,
-                    matched_tokens=ext * bs)
-        return ext * bs, False
+                    worth_loading=worth, matched_tokens=ext * bs, asynchronous=is_async)
+        return ext * bs, is_async
+
+    def get_external_cache_hit_sources(self, request, num_external_tokens: int):
+        from vllm.v1.metrics.cache_hit_source import CacheHitSource
+
+        plan = self._plans.get(request.request_id)
+        if not num_external_tokens or plan is None:
+            return {}
+        return {CacheHitSource(src): n for src, n in hit_sources(
+            plan.ext_tiers(), self._tier_kinds, self._block_size).items()}
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int):
         plan = self._plans.get(request.request_id)
@@ -328,6 +414,8 @@ class KvtierConnector(KVConnectorBase_V1):
             plan = self._plans[request.request_id] = RequestPlan(request.request_id, self._block_size)
             self._requests[request.request_id] = request
         plan.on_alloc(blocks.get_block_ids()[0], num_external_tokens)
+        if plan.load_async and plan.load_pending:
+            self._async_to_start.add(request.request_id)
 
     def build_connector_meta(self, scheduler_output) -> KvtierConnectorMetadata:
         so = scheduler_output
@@ -339,12 +427,20 @@ class KvtierConnector(KVConnectorBase_V1):
                 return
             loads = plan.take_load(req.block_hashes)
             if loads:
-                meta.loads.append((req_id, loads))
+                meta.loads.append((req_id, loads, False))
             after = computed + so.num_scheduled_tokens.get(req_id, 0)
             parent, saves = plan.take_save(req.block_hashes, after)
             if saves:
                 meta.saves.append((req_id, parent, saves))
 
+        # Requests vLLM parked in WAITING_FOR_REMOTE_KVS: they are not scheduled this step.
+        for req_id in sorted(self._async_to_start):
+            plan, req = self._plans.get(req_id), self._requests.get(req_id)
+            if plan is not None and req is not None:
+                loads = plan.take_load(req.block_hashes)
+                if loads:
+                    meta.loads.append((req_id, loads, True))
+        self._async_to_start.clear()
         for nr in so.scheduled_new_reqs:
             plan = self._plans.get(nr.req_id)
             if plan is not None:
@@ -363,6 +459,7 @@ class KvtierConnector(KVConnectorBase_V1):
         return meta
 
     def request_finished(self, request, block_ids):
+        self._async_to_start.discard(request.request_id)
         self._plans.pop(request.request_id, None)
         self._requests.pop(request.request_id, None)
         return False, None

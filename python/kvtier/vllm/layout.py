@@ -42,6 +42,39 @@ def matched_blocks(num_hashes: int, num_tokens: int, block_size: int, local_bloc
     return max(0, min(stored_prefix, limit) - local_blocks)
 
 
+# Tiers a block is slow to come back from: a request whose blocks sit there is loaded
+# asynchronously (vLLM parks it in WAITING_FOR_REMOTE_KVS and keeps scheduling the others).
+SLOW_TIER_KINDS = frozenset({"nvme", "remote_pool", "parallel_fs"})
+ASYNC_LOAD_MODES = ("auto", "always", "never")
+
+# vLLM's CacheHitSource values (vllm/v1/metrics/cache_hit_source.py) by kvtier tier kind.
+_HIT_SOURCE_OF_KIND = {"gpu_hbm": "device", "cpu_dram": "host", "cxl_memory": "host", "nvme": "disk",
+                       "parallel_fs": "disk", "remote_pool": "external_unspecified"}
+
+
+def load_asynchronously(mode: str, tiers: Sequence[int], tier_kinds: Sequence[str]) -> bool:
+    """Whether to load blocks whose fastest tiers are ``tiers`` (indices into ``tier_kinds``,
+    the server's tiers) asynchronously. ``auto``: when any of them is in a slow tier, or in a
+    tier the server did not describe."""
+    if mode not in ASYNC_LOAD_MODES:
+        raise ValueError(f"async_load must be one of {', '.join(ASYNC_LOAD_MODES)}, not {mode!r}")
+    if not tiers or mode == "never":
+        return False
+    if mode == "always":
+        return True
+    return any(not 0 <= t < len(tier_kinds) or tier_kinds[t] in SLOW_TIER_KINDS for t in tiers)
+
+
+def hit_sources(tiers: Sequence[int], tier_kinds: Sequence[str], block_size: int) -> dict:
+    """Tokens per vLLM CacheHitSource value for blocks in ``tiers``."""
+    out: dict = {}
+    for t in tiers:
+        kind = tier_kinds[t] if 0 <= t < len(tier_kinds) else ""
+        source = _HIT_SOURCE_OF_KIND.get(kind, "external_unspecified")
+        out[source] = out.get(source, 0) + block_size
+    return out
+
+
 @dataclass
 class RequestPlan:
     """The scheduler side's state of one request.
@@ -61,13 +94,22 @@ class RequestPlan:
     saved_upto: int = 0
     block_ids: list = field(default_factory=list)
     load_pending: bool = False
+    load_async: bool = False
+    tiers: list = field(default_factory=list)  # per stored block: its fastest tier
 
-    def on_lookup(self, local_blocks: int, stored_prefix: int, ext_blocks: int) -> None:
+    def on_lookup(self, local_blocks: int, stored_prefix: int, ext_blocks: int, tiers: Sequence[int] = (),
+                  load_async: bool = False) -> None:
         self.local_blocks = local_blocks
         self.stored_prefix = stored_prefix
         self.ext_blocks = ext_blocks
         self.saved_upto = stored_prefix
         self.load_pending = False
+        self.tiers = list(tiers)
+        self.load_async = load_async and ext_blocks > 0
+
+    def ext_tiers(self) -> list:
+        """The tiers of the blocks kvtier loads."""
+        return self.tiers[self.local_blocks:self.local_blocks + self.ext_blocks]
 
     def on_alloc(self, block_ids: Sequence[int], num_external_tokens: int) -> None:
         self.block_ids = list(block_ids)
