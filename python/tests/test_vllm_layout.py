@@ -10,11 +10,14 @@ from kvtier.vllm.layout import (
     RequestPlan,
     batch_ranges,
     block_key,
+    combine_shard_lookups,
+    contiguous_runs,
     layout_fingerprint,
     matched_blocks,
     namespace_tenant,
     natural_layer_order,
     page_geometry,
+    shard_tenants,
 )
 
 BS = 128
@@ -152,3 +155,28 @@ def test_page_views_round_trip_with_torch():
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm not installed")
 def test_connector_module_imports():
     from kvtier.vllm import KvtierConnector  # noqa: F401
+
+
+def test_shard_tenants_per_rank_unless_replicated():
+    assert shard_tenants("t/m/f", 1, False) == ["t/m/f"]
+    assert shard_tenants("t/m/f", 2, False) == ["t/m/f/tp0of2", "t/m/f/tp1of2"]
+    assert shard_tenants("t/m/f", 4, True) == ["t/m/f"], "MLA: one copy for every rank"
+    with pytest.raises(ValueError):
+        shard_tenants("t", 0, False)
+
+
+def test_combine_shard_lookups_takes_what_every_rank_has():
+    rank0 = (4, 4, [0, 0, 1, 1], [8] * 4)
+    rank1 = (3, 2, [0, 1, 1], [8] * 3)
+    assert combine_shard_lookups([rank0, rank1]) == (3, 2, [0, 1, 1])
+    assert combine_shard_lookups([rank0]) == (4, 4, [0, 0, 1, 1])
+    assert combine_shard_lookups([rank0, (0, 0, [], [])]) == (0, 0, [])
+    assert combine_shard_lookups([]) == (0, 0, [])
+
+
+def test_contiguous_runs():
+    assert contiguous_runs([]) == []
+    assert contiguous_runs([7]) == [(0, 7, 1)]
+    assert contiguous_runs([3, 4, 5, 9, 10, 2]) == [(0, 3, 3), (3, 9, 2), (5, 2, 1)]
+    assert contiguous_runs([5, 4]) == [(0, 5, 1), (1, 4, 1)], "only ascending ids share a slice"
+

@@ -111,7 +111,8 @@ def run_engine(a: argparse.Namespace) -> int:
     extra.update(spec.get("extra", {}))
     kwargs = dict(model=spec["model_dir"], load_format="dummy", skip_tokenizer_init=True,
                   enable_prefix_caching=False, prefix_caching_hash_algo="sha256_cbor",
-                  max_model_len=spec["max_model_len"], dtype="bfloat16", enforce_eager=True, seed=0)
+                  max_model_len=spec["max_model_len"], dtype="bfloat16", enforce_eager=True, seed=0,
+                  tensor_parallel_size=spec.get("tp", 1))
     if spec.get("connector", True):
         kwargs["kv_transfer_config"] = {
             "kv_connector": "KvtierConnector", "kv_connector_module_path": "kvtier.vllm.connector",
@@ -174,7 +175,7 @@ def roundtrip(a, tmp, env, socket) -> bool:
     model_dir = os.path.join(tmp, "model")
     os.makedirs(model_dir)
     base = {"arch": a.arch, "model": model_args(a), "model_dir": model_dir, "socket": socket,
-            "max_model_len": a.max_model_len, "extra": connector_extra(a)}
+            "max_model_len": a.max_model_len, "extra": connector_extra(a), "tp": a.tp}
     dump_a, dump_b = os.path.join(tmp, "dumpA"), os.path.join(tmp, "dumpB")
     A = spawn({**base, "name": "A", "dump_dir": dump_a, "jobs": [
         {"tag": "P", "len": a.prompt_len, "salt": 0, "max_tokens": 8, "logprobs": 5}]}, env, os.path.join(tmp, "A.log"))
@@ -191,13 +192,18 @@ def roundtrip(a, tmp, env, socket) -> bool:
         print("RESULT " + json.dumps(r))
     ev_a, ev_b = events(dump_a), events(dump_b)
     reg = [e for e in ev_b if e["event"] == "register"]
-    bs = 16 if a.arch == "deepseek" else 128
+    # [num_blocks, heads, block_size, ...]: the CPU platform picks the block size (MLA: 16, or
+    # 128 under tensor parallelism; GQA: 128).
+    bs = reg[0]["shape"][2] if reg else 128
     lk_b = [e for e in ev_b if e["event"] == "lookup"]
     saves_a = {f[5:-4] for f in os.listdir(dump_a) if f.startswith("save-")}
     loads_b = sorted(f[5:-4] for f in os.listdir(dump_b) if f.startswith("load-"))
     same = differ = 0
-    for k in loads_b:
-        with open(os.path.join(dump_a, f"save-{k}.bin"), "rb") as fa, open(os.path.join(dump_b, f"load-{k}.bin"), "rb") as fb:
+    for k in loads_b:  # <key> or, from tensor-parallel rank r > 0, <key>.r<r>
+        saved = os.path.join(dump_a, f"save-{k}.bin")
+        if not os.path.exists(saved):  # MLA under TP: rank 0 saved the copy every rank loads
+            saved = os.path.join(dump_a, f"save-{k.split('.')[0]}.bin")
+        with open(saved, "rb") as fa, open(os.path.join(dump_b, f"load-{k}.bin"), "rb") as fb:
             if fa.read() == fb.read():
                 same += 1
             else:
@@ -222,8 +228,8 @@ def roundtrip(a, tmp, env, socket) -> bool:
     checks = {
         "A saved the prompt's full blocks": len(saves_a) >= a.prompt_len // bs,
         f"B matched {expect} tokens for P": len(lk_b) >= 1 and lk_b[0]["matched_tokens"] == expect,
-        "B loaded every matched block": len(loads_b) == expect // bs,
-        "B's pages after load == A's saved pages (bytes)": same == expect // bs and differ == 0 and same > 0,
+        f"B loaded every matched block (on {a.tp} rank(s))": len(loads_b) == a.tp * expect // bs,
+        "B's pages after load == A's saved pages (bytes)": same == a.tp * expect // bs and differ == 0 and same > 0,
         "outputs A == B": out_a == out_bp,
         "different prompt Q misses (0 matched)": len(lk_b) >= 2 and lk_b[1]["matched_tokens"] == 0,
         "no load errors": all(e.get("failed", 0) == 0 for e in ev_b if e["event"] == "load"),
@@ -233,7 +239,7 @@ def roundtrip(a, tmp, env, socket) -> bool:
     checks[f"B's loads were {'asynchronous' if want_async else 'synchronous'} ({a.tiers} tiers, "
            f"async_load {a.async_load})"] = bool(loads_ev) and all(
                e.get("asynchronous") == want_async for e in loads_ev)
-    summary = {"event": "roundtrip", "arch": a.arch, "prompt_len": a.prompt_len, "block_size": bs,
+    summary = {"event": "roundtrip", "arch": a.arch, "tp": a.tp, "prompt_len": a.prompt_len, "block_size": bs,
                "block_bytes": reg[0]["block_bytes"] if reg else None, "kv_shape": reg[0]["shape"] if reg else None,
                "A_saved_blocks": len(saves_a), "B_lookups": [(e["req_id"], e["matched_tokens"]) for e in lk_b],
                "B_loaded_blocks": len(loads_b), "pages_equal": same, "pages_differ": differ,
@@ -291,7 +297,10 @@ def ttft(a, tmp, env, socket) -> bool:
     with open(ev_path) as f:
         evs = [json.loads(l) for l in f]
     print("\nconnector time inside the engine (s): " + ", ".join(
-        f"{e['event']} {e['blocks']} blocks {e['seconds']}" for e in evs if e["event"] in ("load", "save")))
+        f"{e['event']} {e['blocks']} blocks {e['seconds']}" for e in evs if e["event"] == "save"))
+    print("loads (s): " + ", ".join(
+        f"{e['blocks']} blocks: copy {e.get('copy_seconds')}, forward waited {e.get('forward_waited_seconds', '-')}"
+        f"{' (async)' if e.get('asynchronous') else ''}" for e in evs if e["event"] == "load"))
     return ok
 
 
@@ -317,6 +326,7 @@ def main() -> int:
     p.add_argument("--tiers", choices=["dram", "disk"], default="dram",
                    help="the daemon's tiers: DRAM over disk, or disk only (blocks load asynchronously)")
     p.add_argument("--async-load", choices=["auto", "always", "never"], default="auto")
+    p.add_argument("--tp", type=int, default=1, help="roundtrip: tensor-parallel size of every engine")
     p.add_argument("--no-pipeline", action="store_true", help="synchronous loads copy every layer up front")
     p.add_argument("--scramble-control", action="store_true", help="roundtrip: also run the scrambled-load control")
     p.add_argument("--keep", action="store_true", help="keep the temp dir")

@@ -6,7 +6,8 @@ Written against vLLM 0.32.0 (KVConnectorBase_V1; tools/vllm/README.md). Design: 
   open their own kvtier.Client on the Unix socket named by kv_connector_extra_config
   ["socket_path"]; payloads travel through the worker's shared-memory segment.
 - Keys are vLLM's own request.block_hashes (their first 16 bytes), under the tenant
-  "{tenant}/{model}/{layout fingerprint}" so that two models or layouts never share blocks.
+  "{tenant}/{model}/{layout fingerprint}" so that two models or layouts never share blocks;
+  under tensor parallelism each rank has its own ".../tp{rank}of{size}" (MLA: one copy).
 - One kvtier block per vLLM block: all layers' pages of the block, concatenated in layer
   order, copied as opaque bytes (the CPU GQA page interior is transposed; never sliced).
 - Loads run on the worker's loader thread (kvtier.vllm.loader) with their own client and
@@ -40,12 +41,15 @@ from kvtier.vllm.layout import (
     RequestPlan,
     batch_ranges,
     hit_sources,
+    combine_shard_lookups,
+    contiguous_runs,
     layout_fingerprint,
     load_asynchronously,
     matched_blocks,
     namespace_tenant,
     natural_layer_order,
     page_geometry,
+    shard_tenants,
 )
 from kvtier.vllm.loader import BlockLoader, LoadJob
 
@@ -75,8 +79,8 @@ class KvtierConnector(KVConnectorBase_V1):
         if not socket_path:
             raise ValueError("KvtierConnector: kv_connector_extra_config['socket_path'] is required")
         pc = vllm_config.parallel_config
-        if pc.tensor_parallel_size != 1 or pc.pipeline_parallel_size != 1:
-            raise NotImplementedError("KvtierConnector: tensor/pipeline parallelism is not supported yet")
+        if pc.pipeline_parallel_size != 1:
+            raise NotImplementedError("KvtierConnector: pipeline parallelism is not supported yet")
         if kv_cache_config is None or len(kv_cache_config.kv_cache_groups) != 1:
             raise NotImplementedError("KvtierConnector: exactly one KV cache group is supported")
         group = kv_cache_config.kv_cache_groups[0]
@@ -114,9 +118,19 @@ class KvtierConnector(KVConnectorBase_V1):
             model = model[0]
         base_tenant = str(extra.get("tenant", ""))
         if extra.get("fold_namespace", True):
-            self._tenant = namespace_tenant(base_tenant, str(model), self._fingerprint)
-        else:
-            self._tenant = base_tenant
+            base_tenant = namespace_tenant(base_tenant, str(model), self._fingerprint)
+        # Tensor parallelism: each rank stores its own heads under its own tenant; MLA's latent
+        # cache is the same on every rank, so rank 0 saves the one copy every rank loads.
+        tp_size = int(pc.tensor_parallel_size)
+        replicated = bool(getattr(mc, "use_mla", False))
+        self._shard_tenants = shard_tenants(base_tenant, tp_size, replicated)
+        self._tp_rank = 0
+        if role == KVConnectorRole.WORKER and tp_size > 1:
+            from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+
+            self._tp_rank = get_tensor_model_parallel_rank()
+        self._tenant = self._shard_tenants[0 if replicated else self._tp_rank]
+        self._saves = not replicated or self._tp_rank == 0
         self._dump_dir = extra.get("debug_dump_dir")
         self._events_path = extra.get("events_path") or (
             os.path.join(self._dump_dir, "events.jsonl") if self._dump_dir else None)
@@ -137,6 +151,12 @@ class KvtierConnector(KVConnectorBase_V1):
             socket_path, tenant=self._tenant, auth_token=self._auth_token, shared_memory_bytes=shm_bytes)
         # What each of the server's tiers is, for the async decision and vLLM's hit sources.
         self._tier_kinds = [t.get("kind", "") for t in self._client.stats().get("tiers", [])]
+        # The scheduler looks a chain up in every rank's namespace.
+        self._shard_clients = [self._client]
+        if role == KVConnectorRole.SCHEDULER:
+            self._shard_clients += [kvtier.Client.connect_unix(
+                socket_path, tenant=t, auth_token=self._auth_token, shared_memory_bytes=shm_bytes)
+                for t in self._shard_tenants[1:]]
         logger.info("KvtierConnector(%s): tenant %r, block_size %d, socket %s", role.name, self._tenant,
                     self._block_size, socket_path)
         # scheduler side
@@ -153,6 +173,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._load_shm_t = None
         self._loader: Optional[BlockLoader] = None
         self._sync_jobs: list = []  # this step's, until the forward is done with them
+        self._stall_s = 0.0  # how long this step's forward waited for its loads
         self._load_started: dict = {}  # req_id -> perf_counter at submit
         self._load_errors: set = set()
         self.stats = {"lookups": 0, "hit_tokens": 0, "async_loads": 0, "loaded_blocks": 0, "saved_blocks": 0,
@@ -197,7 +218,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._start_loader()
         logger.info("KvtierConnector: %d layers, %d bytes per kvtier block, %d-byte segment, %d-byte load buffer",
                     len(layers), offset, len(self._shm), self._load_buffer_bytes)
-        self._event(event="register", layers=len(layers), block_bytes=offset,
+        self._event(event="register", layers=len(layers), block_bytes=offset, tp_rank=self._tp_rank,
                     shape=list(next(iter(kv_caches.values())).shape) if kv_caches else None)
 
     def _start_loader(self) -> None:
@@ -211,10 +232,12 @@ class KvtierConnector(KVConnectorBase_V1):
         self._load_shm_t = torch.frombuffer(self._load_client.shared_memory, dtype=torch.uint8)
         self._loader = BlockLoader(self._fetch, self._unpack, len(self._layers), slots, self._pipeline_layers)
 
-    def _pack(self, ids: torch.Tensor, dst: torch.Tensor) -> None:
-        """dst [n, block_bytes] <- the pages of blocks ids, layer after layer."""
+    def _pack(self, block_ids, dst: torch.Tensor) -> None:
+        """dst [n, block_bytes] <- the pages of blocks block_ids, layer after layer."""
+        runs = contiguous_runs(block_ids)
         for _, u8, page, off in self._layers:
-            dst[:, off:off + page].copy_(u8.index_select(0, ids))
+            for i, b, n in runs:
+                dst[i:i + n, off:off + page].copy_(u8[b:b + n])
 
     # The loader thread's callbacks (kvtier.vllm.loader.Fetch and Unpack).
     def _fetch(self, keys, first_slot: int) -> int:
@@ -232,20 +255,23 @@ class KvtierConnector(KVConnectorBase_V1):
         return good
 
     def _unpack(self, layer: Optional[int], block_ids, first_slot: int) -> None:
-        bb, n = self._block_bytes, len(block_ids)
-        src = self._load_shm_t[first_slot * bb:(first_slot + n) * bb].view(n, bb)
-        ids = torch.tensor(block_ids, dtype=torch.long)
-        if self._scramble_load and n > 1:
-            ids = ids.roll(1)  # negative control for tests only: each block gets its neighbour's pages
+        bb, count = self._block_bytes, len(block_ids)
+        src = self._load_shm_t[first_slot * bb:(first_slot + count) * bb].view(count, bb)
+        if self._scramble_load and count > 1:
+            # Negative control for tests only: each block gets its neighbour's pages.
+            block_ids = block_ids[-1:] + block_ids[:-1]
+        runs = contiguous_runs(block_ids)
         for _, u8, page, off in (self._layers if layer is None else [self._layers[layer]]):
-            u8.index_copy_(0, ids, src[:, off:off + page])
+            for i, b, n in runs:
+                u8[b:b + n].copy_(src[i:i + n, off:off + page])
 
     def _dump(self, prefix: str, keys, rows: torch.Tensor) -> None:
         for j, k in enumerate(keys):
-            with open(os.path.join(self._dump_dir, f"{prefix}-{k.hex()}.bin"), "wb") as f:
+            rank = f".r{self._tp_rank}" if self._tp_rank else ""
+            with open(os.path.join(self._dump_dir, f"{prefix}-{k.hex()}{rank}.bin"), "wb") as f:
                 f.write(rows[j].numpy().tobytes())
 
-    def _loaded(self, job: LoadJob, seconds: float) -> None:
+    def _loaded(self, job: LoadJob, seconds: float, stall: Optional[float] = None) -> None:
         """Accounts for a finished load job; its failed blocks go to vLLM as load errors."""
         failed = set(job.failed)
         good = [(b, k) for b, k in job.blocks if b not in failed]
@@ -257,10 +283,11 @@ class KvtierConnector(KVConnectorBase_V1):
                            job.req_id, len(failed), len(job.blocks))
         if self._dump_dir and good:
             back = torch.empty((len(good), self._block_bytes), dtype=torch.uint8)
-            self._pack(torch.tensor([b for b, _ in good], dtype=torch.long), back)  # from vLLM's pages
+            self._pack([b for b, _ in good], back)  # read back from vLLM's pages
             self._dump("load", [k for _, k in good], back)
         self._event(event="load", req_id=job.req_id, blocks=len(job.blocks), failed=len(failed),
-                    asynchronous=job.is_async, seconds=round(seconds, 4))
+                    asynchronous=job.is_async, seconds=round(seconds, 4), copy_seconds=round(job.copy_seconds, 4),
+                    **({} if stall is None else {"forward_waited_seconds": round(stall, 4)}))
 
     def start_load_kv(self, forward_context, **kwargs) -> None:
         if not self.has_connector_metadata() or self._loader is None:
@@ -277,8 +304,10 @@ class KvtierConnector(KVConnectorBase_V1):
         self._loader.submit(sync_jobs, async_jobs)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        if self._loader is not None:
+        if self._loader is not None and self._sync_jobs:
+            t0 = time.perf_counter()
             self._loader.wait_layer(self._layer_index.get(layer_name, -1))
+            self._stall_s += time.perf_counter() - t0
 
     def _finish_sync_loads(self) -> None:
         """Waits for this step's synchronous loads (every layer's gate opened already if the
@@ -287,17 +316,19 @@ class KvtierConnector(KVConnectorBase_V1):
             return
         t0 = time.perf_counter()
         self._loader.wait_step()
-        self.stats["load_wait_s"] += time.perf_counter() - t0
+        stall = self._stall_s + time.perf_counter() - t0
+        self.stats["load_wait_s"] += stall
         for job in self._sync_jobs:
-            self._loaded(job, time.perf_counter() - self._load_started.pop(job.req_id, t0))
+            self._loaded(job, time.perf_counter() - self._load_started.pop(job.req_id, t0), stall)
         self._sync_jobs = []
+        self._stall_s = 0.0
 
     def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs) -> None:
         return  # the pages are copied from the registered tensors in wait_for_save
 
     def wait_for_save(self):
         self._finish_sync_loads()  # the forward has run; the pages saved below may be among them
-        if not self.has_connector_metadata():
+        if not self._saves or not self.has_connector_metadata():
             return
         meta = self._get_connector_metadata()
         if not meta.saves:
@@ -310,9 +341,8 @@ class KvtierConnector(KVConnectorBase_V1):
                 part = blocks[lo:hi]
                 n = len(part)
                 keys = [k for _, k in part]
-                ids = torch.tensor([b for b, _ in part], dtype=torch.long)
                 dst = self._shm_t[:n * bb].view(n, bb)
-                self._pack(ids, dst)
+                self._pack([b for b, _ in part], dst)
                 if self._dump_dir:
                     self._dump("save", keys, dst)
                 try:
@@ -358,7 +388,7 @@ class KvtierConnector(KVConnectorBase_V1):
                                                   for k, v in self.stats.items()})
         self._shm_t = self._load_shm_t = None
         self._shm = None
-        for client in (self._client, self._load_client):
+        for client in self._shard_clients + [self._load_client]:
             try:
                 if client is not None:
                     client.close()
@@ -373,8 +403,10 @@ class KvtierConnector(KVConnectorBase_V1):
         stored = worth = 0
         tiers: list = []
         if hashes:
+            chain = [bytes(h) for h in hashes]
             try:
-                [(stored, worth, tiers, _sizes)] = self._client.lookup([[bytes(h) for h in hashes]])
+                stored, worth, tiers = combine_shard_lookups(
+                    [c.lookup([chain])[0] for c in self._shard_clients])
             except kvtier.KvtierError as e:
                 logger.warning("KvtierConnector: lookup failed (treated as a miss): %s", e)
         # The server's cost model may find recomputing a block cheaper than loading it.
@@ -388,7 +420,8 @@ class KvtierConnector(KVConnectorBase_V1):
         if is_async:
             # The server starts promoting the blocks now; the worker's get follows a step later.
             try:
-                self._client.prefetch([bytes(h) for h in hashes[local:local + ext]])
+                for c in self._shard_clients:
+                    c.prefetch([bytes(h) for h in hashes[local:local + ext]])
             except kvtier.KvtierError as e:
                 logger.warning("KvtierConnector: prefetch failed (the load still runs): %s", e)
         self._requests[request.request_id] = request

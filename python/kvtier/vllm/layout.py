@@ -178,6 +178,19 @@ def page_geometry(shape: Sequence[int], stride: Sequence[int], elem_size: int) -
     return PageGeometry(int(shape[0]), page_elems * elem_size, int(stride[0]) * elem_size)
 
 
+def contiguous_runs(block_ids: Sequence[int]) -> list:
+    """(index, block id, count) for each run of consecutive block ids: a run's pages are one
+    slice of a layer's KV tensor, copied at memcpy speed, where index_copy_/index_select over
+    the same rows run at a fifth of it (1 against 5 GB/s measured on 2 MiB blocks)."""
+    runs: list = []
+    for i, b in enumerate(block_ids):
+        if runs and runs[-1][1] + runs[-1][2] == b:
+            runs[-1][2] += 1
+        else:
+            runs.append([i, b, 1])
+    return [tuple(r) for r in runs]
+
+
 def batch_ranges(count: int, item_bytes: int, capacity: int) -> list:
     """[start, end) ranges of items that fit in capacity bytes each."""
     if item_bytes <= 0:
@@ -207,3 +220,28 @@ def layout_fingerprint(description: dict) -> str:
 def namespace_tenant(tenant: str, model: Optional[str], fingerprint: str) -> str:
     """The kvtier tenant a model's blocks live under: tenant/model/layout-fingerprint."""
     return f"{tenant}/{model or ''}/{fingerprint}"
+
+
+def shard_tenants(tenant: str, tp_size: int, replicated: bool) -> list:
+    """The tenant each tensor-parallel rank's blocks live under. Each rank holds other KV heads,
+    so each has its own namespace ("{tenant}/tp{rank}of{size}"). A replicated cache (MLA's
+    latent cache is the same on every rank) has one namespace: rank 0 saves it, all load it."""
+    if tp_size < 1:
+        raise ValueError("tensor_parallel_size must be at least 1")
+    if tp_size == 1 or replicated:
+        return [tenant]
+    return [f"{tenant}/tp{rank}of{tp_size}" for rank in range(tp_size)]
+
+
+def combine_shard_lookups(results: Sequence) -> tuple:
+    """One answer from every shard's lookup of the same chain, each (stored prefix, blocks
+    worth loading, fastest tier per stored block, sizes): vLLM can skip a block only if every
+    rank has it, and the load is as slow as the slowest rank's copy (tiers are numbered from
+    the fastest). Returns (stored, worth, tiers)."""
+    if not results:
+        return 0, 0, []
+    stored = min(r[0] for r in results)
+    worth = min(r[1] for r in results)
+    tiers = [max(r[2][i] for r in results) for i in range(stored)]
+    return stored, worth, tiers
+

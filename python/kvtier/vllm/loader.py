@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -45,6 +46,7 @@ class LoadJob:
     is_async: bool = False
     done: int = 0  # async jobs: blocks handled so far
     failed: list = field(default_factory=list)  # block ids that could not be loaded
+    copy_seconds: float = 0.0  # the loader's time on it (a pipelined step: the whole step's)
 
 
 class _Step:
@@ -161,6 +163,7 @@ class BlockLoader:
     def _run_step(self, step: _Step) -> None:
         total = sum(len(j.blocks) for j in step.jobs)
         self.stats["steps"] += 1
+        start = time.perf_counter()
         try:
             if self._pipeline and total <= self._slots:
                 self.stats["pipelined_steps"] += 1
@@ -170,6 +173,9 @@ class BlockLoader:
                     while job.done < len(job.blocks):
                         self._copy_chunk(job)
         finally:
+            if self._pipeline and total <= self._slots:
+                for job in step.jobs:
+                    job.copy_seconds = time.perf_counter() - start
             step.open_all()
 
     def _run_step_pipelined(self, step: _Step) -> None:
@@ -194,6 +200,7 @@ class BlockLoader:
     def _copy_chunk(self, job: LoadJob) -> None:
         """Copies the next buffer-full of job, all layers at once; a block that cannot be
         read fails the rest of the job (a chain loads as a prefix)."""
+        start = time.perf_counter()
         lo = job.done
         hi = min(len(job.blocks), lo + self._slots)
         keys = [k for _, k in job.blocks[lo:hi]]
@@ -208,3 +215,4 @@ class BlockLoader:
             job.done = len(job.blocks)
         else:
             job.done = hi
+        job.copy_seconds += time.perf_counter() - start
