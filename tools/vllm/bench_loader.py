@@ -3,7 +3,7 @@
 
     /work/venv-vllm/bin/python tools/vllm/bench_loader.py [--blocks 127] [--layers 8] [--page-kib 256]
 
-A `kvtier serve` daemon (in this process, DRAM tier) holds a chain of blocks shaped like the
+A `kvtier serve` daemon (in this process, the round trip's DRAM-over-disk tiers) holds a chain of blocks shaped like the
 TTFT model's (8 layers x 256 KiB pages = 2 MiB per block; 127 blocks = a 16k-token prompt).
 The blocks are loaded into per-layer KV tensors the way KvtierConnector does it: a get into
 the shared segment, then one copy per run of consecutive block ids and layer. Baseline, in
@@ -22,7 +22,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from e2e_connector import make_pkg  # noqa: E402  (puts the built kvtier on sys.path)
+from e2e_connector import make_pkg, serve_yaml  # noqa: E402  (make_pkg: the built kvtier on sys.path)
 
 
 def main() -> int:
@@ -48,20 +48,7 @@ def main() -> int:
     step = 2 if a.scattered else 1
     ids = [16 + step * i for i in range(n)]
     caches = [torch.zeros((ids[-1] + 16, page), dtype=torch.uint8) for _ in range(layers)]
-    cfg = f"""
-data_dir: {tmp}/srv
-tiers:
-  - kind: cpu_dram
-    capacity: {2 * n * bb}
-    lock_memory: false
-store:
-  policy: bayes
-  persistence: none
-listen:
-  unix_socket: kvtier.sock
-  tcp: false
-  metrics_port: -1
-"""
+    cfg = serve_yaml(os.path.join(tmp, "srv"), "dram")  # 2 GiB of DRAM: every block stays there
     results = {}
     with kvtier.serve(config_text=cfg) as daemon:
         client = kvtier.Client.connect_unix(daemon.socket_path, shared_memory_bytes=n * bb)

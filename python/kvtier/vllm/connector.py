@@ -40,9 +40,9 @@ import kvtier
 from kvtier.vllm.layout import (
     RequestPlan,
     batch_ranges,
-    hit_sources,
     combine_shard_lookups,
     contiguous_runs,
+    hit_sources,
     layout_fingerprint,
     load_asynchronously,
     matched_blocks,
