@@ -179,4 +179,3 @@ def test_contiguous_runs():
     assert contiguous_runs([7]) == [(0, 7, 1)]
     assert contiguous_runs([3, 4, 5, 9, 10, 2]) == [(0, 3, 3), (3, 9, 2), (5, 2, 1)]
     assert contiguous_runs([5, 4]) == [(0, 5, 1), (1, 4, 1)], "only ascending ids share a slice"
-

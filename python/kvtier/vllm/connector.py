@@ -149,11 +149,12 @@ class KvtierConnector(KVConnectorBase_V1):
         self._auth_token = str(extra.get("auth_token", ""))
         self._client = kvtier.Client.connect_unix(
             socket_path, tenant=self._tenant, auth_token=self._auth_token, shared_memory_bytes=shm_bytes)
-        # What each of the server's tiers is, for the async decision and vLLM's hit sources.
-        self._tier_kinds = [t.get("kind", "") for t in self._client.stats().get("tiers", [])]
-        # The scheduler looks a chain up in every rank's namespace.
+        # The scheduler looks a chain up in every rank's namespace, and needs what each of the
+        # server's tiers is for the async decision and vLLM's hit sources.
         self._shard_clients = [self._client]
+        self._tier_kinds: list = []
         if role == KVConnectorRole.SCHEDULER:
+            self._tier_kinds = [t.get("kind", "") for t in self._client.stats().get("tiers", [])]
             self._shard_clients += [kvtier.Client.connect_unix(
                 socket_path, tenant=t, auth_token=self._auth_token, shared_memory_bytes=shm_bytes)
                 for t in self._shard_tenants[1:]]
@@ -170,6 +171,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._shm = None
         self._shm_t = None
         self._load_client = None  # the loader thread's own connection and segment
+        self._load_shm = None
         self._load_shm_t = None
         self._loader: Optional[BlockLoader] = None
         self._sync_jobs: list = []  # this step's, until the forward is done with them
@@ -229,7 +231,8 @@ class KvtierConnector(KVConnectorBase_V1):
         self._load_client = kvtier.Client.connect_unix(
             self._socket_path, tenant=self._tenant, auth_token=self._auth_token,
             shared_memory_bytes=slots * self._block_bytes)
-        self._load_shm_t = torch.frombuffer(self._load_client.shared_memory, dtype=torch.uint8)
+        self._load_shm = self._load_client.shared_memory
+        self._load_shm_t = torch.frombuffer(self._load_shm, dtype=torch.uint8)
         self._loader = BlockLoader(self._fetch, self._unpack, len(self._layers), slots, self._pipeline_layers)
 
     def _pack(self, block_ids, dst: torch.Tensor) -> None:
@@ -241,8 +244,7 @@ class KvtierConnector(KVConnectorBase_V1):
 
     # The loader thread's callbacks (kvtier.vllm.loader.Fetch and Unpack).
     def _fetch(self, keys, first_slot: int) -> int:
-        bb = self._block_bytes
-        shm = self._load_client.shared_memory
+        bb, shm = self._block_bytes, self._load_shm
         outs = [shm[(first_slot + j) * bb:(first_slot + j + 1) * bb] for j in range(len(keys))]
         try:
             sizes = self._load_client.get(keys, outs)
@@ -386,7 +388,7 @@ class KvtierConnector(KVConnectorBase_V1):
         if self._role == KVConnectorRole.WORKER:
             self._event(event="worker_stats", **{k: (round(v, 4) if isinstance(v, float) else v)
                                                   for k, v in self.stats.items()})
-        self._shm_t = self._load_shm_t = None
+        self._shm_t = self._load_shm_t = self._load_shm = None
         self._shm = None
         for client in self._shard_clients + [self._load_client]:
             try:
@@ -402,8 +404,8 @@ class KvtierConnector(KVConnectorBase_V1):
         local = num_computed_tokens // bs
         stored = worth = 0
         tiers: list = []
-        if hashes:
-            chain = [bytes(h) for h in hashes]
+        chain = [bytes(h) for h in hashes]
+        if chain:
             try:
                 stored, worth, tiers = combine_shard_lookups(
                     [c.lookup([chain])[0] for c in self._shard_clients])
@@ -421,7 +423,7 @@ class KvtierConnector(KVConnectorBase_V1):
             # The server starts promoting the blocks now; the worker's get follows a step later.
             try:
                 for c in self._shard_clients:
-                    c.prefetch([bytes(h) for h in hashes[local:local + ext]])
+                    c.prefetch(chain[local:local + ext])
             except kvtier.KvtierError as e:
                 logger.warning("KvtierConnector: prefetch failed (the load still runs): %s", e)
         self._requests[request.request_id] = request

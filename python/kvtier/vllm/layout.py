@@ -244,4 +244,3 @@ def combine_shard_lookups(results: Sequence) -> tuple:
     worth = min(r[1] for r in results)
     tiers = [max(r[2][i] for r in results) for i in range(stored)]
     return stored, worth, tiers
-

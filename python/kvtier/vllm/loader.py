@@ -112,10 +112,6 @@ class BlockLoader:
             done, self._finished = self._finished, []
         return done
 
-    def in_flight(self) -> int:
-        with self._cv:
-            return len(self._async) + (1 if self._pending_step else 0)
-
     def close(self) -> None:
         """Finishes the buffer-full in progress, drops what is queued, stops the thread."""
         with self._cv:
@@ -161,11 +157,11 @@ class BlockLoader:
         self.stats["failed_blocks"] += hi - lo
 
     def _run_step(self, step: _Step) -> None:
-        total = sum(len(j.blocks) for j in step.jobs)
+        pipelined = self._pipeline and sum(len(j.blocks) for j in step.jobs) <= self._slots
         self.stats["steps"] += 1
         start = time.perf_counter()
         try:
-            if self._pipeline and total <= self._slots:
+            if pipelined:
                 self.stats["pipelined_steps"] += 1
                 self._run_step_pipelined(step)
             else:
@@ -173,29 +169,28 @@ class BlockLoader:
                     while job.done < len(job.blocks):
                         self._copy_chunk(job)
         finally:
-            if self._pipeline and total <= self._slots:
+            if pipelined:
                 for job in step.jobs:
                     job.copy_seconds = time.perf_counter() - start
             step.open_all()
 
     def _run_step_pipelined(self, step: _Step) -> None:
-        placed = []  # [job, first slot, blocks read and still good]
+        placed = []  # [job, first slot, ids of the blocks read and still good]
         slot = 0
         for job in step.jobs:
             keys = [k for _, k in job.blocks]
             good = max(self._guarded(job, 0, len(keys), lambda: self._fetch(keys, slot)), 0)
             self._fail(job, good, len(job.blocks))
-            placed.append([job, slot, good])
+            placed.append([job, slot, [b for b, _ in job.blocks[:good]]])
             slot += good
         for layer in range(self._num_layers):
             for entry in placed:
-                job, first, good = entry
-                ids = [b for b, _ in job.blocks[:good]]
-                if good and self._guarded(job, 0, good, lambda: self._unpack(layer, ids, first) or 0) < 0:
-                    self._fail(job, 0, good)  # some layers of these blocks are stale: all reload
-                    entry[2] = 0
+                job, first, ids = entry
+                if ids and self._guarded(job, 0, len(ids), lambda: self._unpack(layer, ids, first) or 0) < 0:
+                    self._fail(job, 0, len(ids))  # some layers of these blocks are stale: all reload
+                    entry[2] = []
             step.layer_ready[layer].set()
-        self.stats["blocks"] += sum(good for _, _, good in placed)
+        self.stats["blocks"] += sum(len(ids) for _, _, ids in placed)
 
     def _copy_chunk(self, job: LoadJob) -> None:
         """Copies the next buffer-full of job, all layers at once; a block that cannot be
