@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   g++ cmake ninja-build pkg-config python3
+  ccache                      # compiler cache, one folder outside the clone (cmake/Ccache.cmake)
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libxxhash-dev libssl-dev libnuma-dev
   liburing-dev                # io_uring for the NVMe tier

@@ -1,4 +1,5 @@
 #include "kvtier/block.h"
+#include "testing/test_paths.h"
 
 #include <spawn.h>
 #include <sys/wait.h>
@@ -42,7 +43,7 @@ std::string ToHex(const std::vector<uint8_t>& bytes) {
 // (tools/gen_vllm_hash_vectors.py). Cases whose extra keys are not kvtier's tuple-of-tuples
 // shape (EAGLE lookahead, a legacy flat key) or whose token ids exceed 32 bits are skipped.
 TEST(VllmCompatibility, KeysEqualVllmSha256CborHashes) {
-  std::ifstream in(std::string(KVTIER_TEST_FIXTURES) + "/vllm_hash_vectors.json");
+  std::ifstream in(testing::FixturesDir() + "/vllm_hash_vectors.json");
   ASSERT_TRUE(in.good());
   const nlohmann::json vectors = nlohmann::json::parse(in);
   int checked_blocks = 0;
@@ -174,7 +175,7 @@ TEST(BlockHasher, KeysAreEqualInAnotherProcess) {
     std::ofstream(child_out) << ours;
     return;
   }
-  const std::string path = testing::TempDir() + "/kvtier_hash_child_" + std::to_string(getpid());
+  const std::string path = ::testing::TempDir() + "/kvtier_hash_child_" + std::to_string(getpid());
   const std::string env_var = "KVTIER_HASH_CHILD_OUT=" + path;
   std::vector<char*> env;
   for (char** e = environ; *e != nullptr; ++e) env.push_back(*e);

@@ -4,6 +4,5 @@ kvtier_add_sources(
   dedup/checkpoint_format.cc
   dedup/checkpoint.cc
   dedup/checkpoint_restore.cc)
-kvtier_add_tests(
-  dedup/payload_store_test.cc
-  dedup/checkpoint_test.cc)
+kvtier_add_tests(concurrency dedup/payload_store_test.cc)
+kvtier_add_tests(io dedup/checkpoint_test.cc)

@@ -6,13 +6,14 @@
 
 #include "kvtier/tokenizer.h"
 #include "replay/byte_level_pretokenizer.h"
+#include "testing/test_paths.h"
 
 namespace kvtier {
 namespace {
 
 using nlohmann::json;
 
-const std::string kFixtures = std::string(KVTIER_TEST_FIXTURES) + "/traces";
+const std::string kFixtures = testing::FixturesDir() + "/traces";
 
 // GPT-2's byte-to-unicode alphabet: printable Latin-1 bytes are themselves, the others U+0100
 // upward; 'Ġ' (U+0120) is the space. Bytes in `skip` (ASCII) are left out of the vocabulary.

@@ -4,11 +4,12 @@
 #include <nlohmann/json.hpp>
 
 #include "kvtier/trace.h"
+#include "testing/test_paths.h"
 
 namespace kvtier {
 namespace {
 
-const std::string kFixtures = std::string(KVTIER_TEST_FIXTURES) + "/traces";
+const std::string kFixtures = testing::FixturesDir() + "/traces";
 
 Trace RoundTrip(const Trace& in, std::string* text = nullptr) {
   std::ostringstream out;

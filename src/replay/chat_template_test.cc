@@ -6,11 +6,12 @@
 #include <gtest/gtest.h>
 
 #include "kvtier/trace.h"
+#include "testing/test_paths.h"
 
 namespace kvtier {
 namespace {
 
-const std::string kFixtures = std::string(KVTIER_TEST_FIXTURES) + "/traces";
+const std::string kFixtures = testing::FixturesDir() + "/traces";
 
 bool IsPrefix(const std::vector<uint32_t>& head, const std::vector<uint32_t>& whole) {
   return head.size() <= whole.size() && std::equal(head.begin(), head.end(), whole.begin());

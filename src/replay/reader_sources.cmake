@@ -3,8 +3,9 @@ kvtier_add_sources(replay/byte_level_pretokenizer.cc replay/bpe_tokenizer.cc rep
                    replay/chat_template.cc replay/arrival_process.cc replay/trace_reader.cc
                    replay/trace_reader_text.cc replay/trace_reader_load.cc replay/canonical_trace.cc
                    replay/trace_stats.cc)
-kvtier_add_tests(replay/byte_level_pretokenizer_test.cc replay/bpe_tokenizer_test.cc replay/chat_template_test.cc
-                 replay/arrival_process_test.cc replay/trace_reader_test.cc replay/canonical_trace_test.cc
+kvtier_add_tests(pure replay/byte_level_pretokenizer_test.cc replay/bpe_tokenizer_test.cc
+                 replay/chat_template_test.cc replay/arrival_process_test.cc
+                 replay/trace_reader_test.cc replay/canonical_trace_test.cc
                  replay/trace_real_data_test.cc)
 # ICU, when installed, gives the BPE pre-tokenizer exact Unicode classes (\p{L}, \p{N}, \s);
 # without it a built-in table stands in (byte_level_pretokenizer.h).

@@ -4,11 +4,12 @@
 
 #include "kvtier/tokenizer.h"
 #include "kvtier/trace.h"
+#include "testing/test_paths.h"
 
 namespace kvtier {
 namespace {
 
-const std::string kFixtures = std::string(KVTIER_TEST_FIXTURES) + "/traces";
+const std::string kFixtures = testing::FixturesDir() + "/traces";
 
 Trace MustRead(const std::string& name, TraceFormat format, const TraceReadOptions& options = {}) {
   auto trace = ReadTrace(kFixtures + "/" + name, format, options);

@@ -5,12 +5,13 @@
 #include <gtest/gtest.h>
 
 #include "kvtier/trace.h"
+#include "testing/test_paths.h"
 
 namespace kvtier {
 namespace {
 
 TEST(TraceRealData, EveryRealTraceParses) {
-  const std::filesystem::path root = std::filesystem::path(KVTIER_TEST_FIXTURES) / "../../../shared/data/traces";
+  const std::filesystem::path root = std::filesystem::path(testing::SourceDir()) / "../shared/data/traces";
   if (!std::filesystem::is_directory(root)) GTEST_SKIP() << root << " is not present";
   const std::pair<const char*, TraceFormat> sources[] = {
       {"mooncake-synthetic", TraceFormat::kMooncake},   {"sharegpt-1000", TraceFormat::kShareGpt},

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "kvtier/client.h"
+#include "testing/test_paths.h"
 
 namespace kvtier {
 namespace {
@@ -149,7 +150,7 @@ TEST_F(DaemonTest, HeadGranularTakesImportanceReportsOverTheWire) {
 }
 
 TEST(ServeConfig, TheShippedExampleParses) {
-  Result<ServeConfig> c = LoadServeConfig(std::string(KVTIER_TEST_FIXTURES) + "/../../examples/serve.yaml");
+  Result<ServeConfig> c = LoadServeConfig(testing::SourceDir() + "/examples/serve.yaml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->tiers.tiers.size(), 2u);
   EXPECT_EQ(c->store.policy, PolicyKind::kBayes);

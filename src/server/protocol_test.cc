@@ -1,4 +1,5 @@
 #include "kvtier/protocol.h"
+#include "testing/test_paths.h"
 
 #include <filesystem>
 #include <fstream>
@@ -135,7 +136,7 @@ TEST(Protocol, LimitsBoundFramesBatchesAndStrings) {
 
 // The fuzzers' seed frames (written by hand, byte by byte, from docs/protocol.md) decode.
 TEST(Protocol, TheFuzzSeedsDecode) {
-  const std::filesystem::path dir = std::filesystem::path(KVTIER_TEST_FIXTURES) / "../../fuzz/corpus/protocol";
+  const std::filesystem::path dir = std::filesystem::path(testing::SourceDir()) / "fuzz/corpus/protocol";
   int seeds = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (entry.path().filename().string().rfind("seed_", 0) != 0) continue;

@@ -1,21 +1,23 @@
 # The service's wire protocol (protocol.h).
 kvtier_add_sources(server/protocol.cc)
-kvtier_add_tests(server/protocol_test.cc)
+kvtier_add_tests(pure server/protocol_test.cc)
 
 # Metrics of `kvtier serve`: service counters, the Prometheus rendering and the HTTP endpoint.
 kvtier_add_sources(server/service_metrics.cc server/metrics_http.cc)
-kvtier_add_tests(server/service_metrics_test.cc server/metrics_http_test.cc)
-if(KVTIER_BUILD_TESTS)
+kvtier_add_tests(concurrency server/service_metrics_test.cc)
+kvtier_add_tests(io server/metrics_http_test.cc)
+kvtier_tests_enabled(io io_tests)
+if(io_tests)
   # The test's HTTP client: httplib's classes change with its defines, so take them from it.
-  target_link_libraries(kvtier_unit_tests PRIVATE PkgConfig::HTTPLIB)
+  target_link_libraries(kvtier_io_tests PRIVATE PkgConfig::HTTPLIB)
 endif()
 
 # The service (server.h) and its client (client.h): frames over sockets, shared memory,
 # tenants and the per-connection sessions.
 kvtier_add_sources(server/frame_io.cc server/shared_segment.cc server/tenant_namespace.cc server/session.cc
                    server/server.cc server/client.cc)
-kvtier_add_tests(server/server_test.cc)
+kvtier_add_tests(io server/server_test.cc)
 
 # The daemon of `kvtier serve` (daemon.h): configuration, store, listeners, metrics.
 kvtier_add_sources(server/serve_config.cc server/daemon.cc)
-kvtier_add_tests(server/daemon_test.cc)
+kvtier_add_tests(io server/daemon_test.cc)

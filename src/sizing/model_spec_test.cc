@@ -4,11 +4,12 @@
 
 #include "kvtier/model_catalog.h"
 #include "kvtier/sizing.h"
+#include "testing/test_paths.h"
 
 namespace kvtier {
 namespace {
 
-const std::string kFixtures = KVTIER_TEST_FIXTURES;
+const std::string kFixtures = testing::FixturesDir();
 
 ModelSpec Load(const std::string& fixture) {
   Result<ModelSpec> spec = LoadModelConfig(kFixtures + "/configs/" + fixture);

