@@ -20,6 +20,7 @@
 #include "kvtier/block.h"
 #include "kvtier/cost_model.h"
 #include "kvtier/eviction_policy.h"
+#include "kvtier/gap_analysis.h"
 #include "kvtier/status.h"
 #include "kvtier/tier_config.h"
 
@@ -94,5 +95,19 @@ struct ReplayReport {
 };
 
 Result<ReplayReport> Replay(const std::vector<ReplayRequest>& requests, const ReplayOptions& options);
+
+// The gap analysis (gap_analysis.h) of the requests at the options' capacity (one tier, unit
+// blocks), beside the store's own LRU on the same capacity: the analysis's `lru` is its model
+// of that policy, and the two should agree closely (docs/gap_analysis.md).
+struct ReplayGapReport {
+  uint64_t requests = 0;
+  uint64_t unique_blocks = 0;
+  uint64_t capacity_blocks = 0;
+  ReplayPolicyResult store_lru;
+  GapAnalysis gap;
+};
+
+Result<ReplayGapReport> AnalyzeReplayGap(const std::vector<ReplayRequest>& requests, const ReplayOptions& options,
+                                         const GapAnalysisOptions& gap_options = {});
 
 }  // namespace kvtier

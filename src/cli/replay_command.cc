@@ -37,6 +37,8 @@ struct ReplayCommandOptions {
   bool move_bytes = false;
   std::string model = "llama-3-8b";
   std::string gpu = "h100-sxm";
+  std::string analyze;  // "gap": the gap analysis instead of the policies
+  std::vector<uint64_t> lookahead = {8, 32, 128, 512};
 };
 
 Result<std::vector<PolicyKind>> ParsePolicies(const std::string& list) {
@@ -82,15 +84,20 @@ Result<nlohmann::json> RunOnce(const std::vector<ReplayRequest>& requests, const
                         {"results", results}};
 }
 
-std::string Table(const nlohmann::json& run) {
-  std::string out;
+// The first line of a run's table: its capacity and the trace's size.
+std::string CapacityLine(const nlohmann::json& run) {
   char line[256];
   std::snprintf(line, sizeof line, "capacity %llu blocks of %llu unique; %llu accesses in %llu requests\n",
                 static_cast<unsigned long long>(run["capacity_blocks"].get<uint64_t>()),
                 static_cast<unsigned long long>(run["unique_blocks"].get<uint64_t>()),
                 static_cast<unsigned long long>(run["accesses"].get<uint64_t>()),
                 static_cast<unsigned long long>(run["requests"].get<uint64_t>()));
-  out += line;
+  return line;
+}
+
+std::string Table(const nlohmann::json& run) {
+  std::string out = CapacityLine(run);
+  char line[256];
   out += "policy    block hit  token hit  accesses/s  TTFT mean (no cache)  hits per tier\n";
   for (const nlohmann::json& r : run["results"]) {
     const double speed = r["accesses_per_s"].get<double>();
@@ -151,6 +158,46 @@ std::string SweepSvg(const std::vector<nlohmann::json>& runs, const std::string&
   }
   svg << "</svg>\n";
   return svg.str();
+}
+
+nlohmann::json HitJson(const HitStats& h) {
+  return {{"block_hit_rate", h.block_hit_rate}, {"token_hit_rate", h.token_hit_rate}, {"hit_blocks", h.hits}};
+}
+
+Result<nlohmann::json> RunGapOnce(const std::vector<ReplayRequest>& requests, const ReplayOptions& options,
+                                  const GapAnalysisOptions& gap_options) {
+  KVTIER_ASSIGN_OR_RETURN(ReplayGapReport report, AnalyzeReplayGap(requests, options, gap_options));
+  nlohmann::json oracles = nlohmann::json::array();
+  for (const GapOracle& o : report.gap.oracles) {
+    nlohmann::json j = HitJson(o.hits);
+    j["oracle"] = o.name;
+    j["gap_closed"] = o.gap_closed;
+    oracles.push_back(std::move(j));
+  }
+  return nlohmann::json{{"requests", report.requests},
+                        {"accesses", report.gap.opt.accesses},
+                        {"unique_blocks", report.unique_blocks},
+                        {"capacity_blocks", report.capacity_blocks},
+                        {"store_lru", ResultJson(report.store_lru)},
+                        {"lru", HitJson(report.gap.lru)},
+                        {"opt", HitJson(report.gap.opt)},
+                        {"oracles", oracles}};
+}
+
+std::string GapTable(const nlohmann::json& run) {
+  std::string out = CapacityLine(run);
+  char line[256];
+  const double lru = run["lru"]["block_hit_rate"].get<double>(), opt = run["opt"]["block_hit_rate"].get<double>();
+  std::snprintf(line, sizeof line, "store's lru %.2f%%, modelled lru %.2f%%, opt %.2f%%: a gap of %.2f points\n",
+                100 * run["store_lru"]["block_hit_rate"].get<double>(), 100 * lru, 100 * opt, 100 * (opt - lru));
+  out += line;
+  out += "oracle              block hit  gap closed\n";
+  for (const nlohmann::json& o : run["oracles"]) {
+    std::snprintf(line, sizeof line, "%-18s  %8.2f%%  %9.1f%%\n", o["oracle"].get<std::string>().c_str(),
+                  100 * o["block_hit_rate"].get<double>(), 100 * o["gap_closed"].get<double>());
+    out += line;
+  }
+  return out;
 }
 
 int Run(const ReplayCommandOptions& o) {
@@ -216,11 +263,19 @@ int Run(const ReplayCommandOptions& o) {
                                 {"tiers", o.tier_config.empty() ? "one tier of --capacity-blocks/--capacity-frac" : o.tier_config},
                                 {"mode", o.move_bytes ? "data" : "metadata"},
                                 {"cache_output", options.cache_output}};
+  if (!o.analyze.empty() && o.analyze != "gap") {
+    return fail(Status::InvalidArgument("--analyze: unknown analysis '" + o.analyze + "' (known: gap)"));
+  }
+  const bool gap = o.analyze == "gap";
+  if (gap && !o.svg.empty()) return fail(Status::InvalidArgument("--svg plots the policies' hit rates, not --analyze gap"));
+  const GapAnalysisOptions gap_options{.lookahead_requests = o.lookahead};
+  auto run_once = [&]() { return gap ? RunGapOnce(*requests, options, gap_options) : RunOnce(*requests, options); };
+  auto table = [&](const nlohmann::json& run) { return gap ? GapTable(run) : Table(run); };
   if (o.sweep.empty()) {
-    Result<nlohmann::json> run = RunOnce(*requests, options);
+    Result<nlohmann::json> run = run_once();
     if (!run.ok()) return fail(run.status());
     (*run)["about"] = about;
-    std::fputs(o.json ? (run->dump(2) + "\n").c_str() : Table(*run).c_str(), stdout);
+    std::fputs(o.json ? (run->dump(2) + "\n").c_str() : table(*run).c_str(), stdout);
     return 0;
   }
   std::vector<nlohmann::json> runs;
@@ -228,7 +283,7 @@ int Run(const ReplayCommandOptions& o) {
     options.capacity_blocks = 0;
     options.capacity_fraction = o.sweep[i];
     std::fprintf(stderr, "\rkvtier replay: capacity %zu of %zu (%.1f%%)", i + 1, o.sweep.size(), 100 * o.sweep[i]);
-    Result<nlohmann::json> run = RunOnce(*requests, options);
+    Result<nlohmann::json> run = run_once();
     if (!run.ok()) return fail(run.status());
     (*run)["capacity_fraction"] = o.sweep[i];
     runs.push_back(std::move(*run));
@@ -244,7 +299,7 @@ int Run(const ReplayCommandOptions& o) {
   if (o.json) {
     std::fputs((all.dump(2) + "\n").c_str(), stdout);
   } else {
-    for (const nlohmann::json& run : runs) std::fputs((Table(run) + "\n").c_str(), stdout);
+    for (const nlohmann::json& run : runs) std::fputs((table(run) + "\n").c_str(), stdout);
   }
   return 0;
 }
@@ -270,6 +325,10 @@ void AddReplayCommand(CLI::App& app, int& exit_code) {
   cmd->add_flag("--move-bytes", o->move_bytes, "Data mode: real bytes through the --tier-config tiers");
   cmd->add_option("--model", o->model, "Catalog model: block size in bytes, prefill cost")->capture_default_str();
   cmd->add_option("--gpu", o->gpu, "GPU preset for the TTFT projection (h100-sxm, h200, a100, b200)")->capture_default_str();
+  cmd->add_option("--analyze", o->analyze,
+                  "\"gap\": how much of OPT - LRU each piece of future knowledge is worth (oracle runs)");
+  cmd->add_option("--lookahead", o->lookahead, "With --analyze gap: the lookahead windows, in requests")
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o, &exit_code] { exit_code = Run(*o); });
 }

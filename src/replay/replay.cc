@@ -7,6 +7,7 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "kvtier/gap_analysis.h"
 #include "kvtier/optimal_bound.h"
 #include "kvtier/store.h"
 #include "store/capacity_tier.h"
@@ -223,21 +224,30 @@ Status ReplayOptions::Validate() const {
   return Status::Ok();
 }
 
-Result<ReplayReport> Replay(const std::vector<ReplayRequest>& requests, const ReplayOptions& options) {
+namespace {
+
+// The trace, its block size and the capacity the options give, as Replay and AnalyzeReplayGap
+// both need them.
+struct Setup {
+  DenseTrace dense;
+  uint64_t block_bytes = 0;
+  uint64_t capacity_blocks = 0;
+};
+
+Result<Setup> PrepareReplay(const std::vector<ReplayRequest>& requests, const ReplayOptions& options) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
-  KVTIER_ASSIGN_OR_RETURN(const DenseTrace dense, ToPrefixTrace(requests, options.cache_output));
-  ReplayReport report;
-  report.requests = requests.size();
-  const uint64_t block_tokens = dense.max_block_tokens;
-  report.block_bytes = block_tokens * options.kv_bytes_per_token;
-  if (report.block_bytes > std::numeric_limits<uint32_t>::max()) {
+  Setup setup;
+  KVTIER_ASSIGN_OR_RETURN(setup.dense, ToPrefixTrace(requests, options.cache_output));
+  const uint64_t block_tokens = setup.dense.max_block_tokens;
+  setup.block_bytes = block_tokens * options.kv_bytes_per_token;
+  if (setup.block_bytes > std::numeric_limits<uint32_t>::max()) {
     return Status::InvalidArgument("replay: a block of " + std::to_string(block_tokens) + " tokens holds 4 GiB or more");
   }
-  report.unique_blocks = dense.unique_blocks;
-  report.capacity_blocks = options.capacity_blocks > 0
-                               ? options.capacity_blocks
-                               : std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(
-                                                           options.capacity_fraction * static_cast<double>(report.unique_blocks))));
+  const uint64_t unique = setup.dense.unique_blocks;
+  setup.capacity_blocks = options.capacity_blocks > 0
+                              ? options.capacity_blocks
+                              : std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(
+                                                          options.capacity_fraction * static_cast<double>(unique))));
   if (options.tiers) {
     // The tiers' capacities decide; the bounds use their total in blocks (unbounded: all).
     uint64_t bytes = 0;
@@ -247,16 +257,43 @@ Result<ReplayReport> Replay(const std::vector<ReplayRequest>& requests, const Re
       unbounded = unbounded || capacity == 0;
       bytes += capacity;
     }
-    report.capacity_blocks = unbounded ? report.unique_blocks : std::max<uint64_t>(1, bytes / report.block_bytes);
+    setup.capacity_blocks = unbounded ? unique : std::max<uint64_t>(1, bytes / setup.block_bytes);
   }
+  return setup;
+}
+
+}  // namespace
+
+Result<ReplayReport> Replay(const std::vector<ReplayRequest>& requests, const ReplayOptions& options) {
+  KVTIER_ASSIGN_OR_RETURN(const Setup setup, PrepareReplay(requests, options));
+  ReplayReport report;
+  report.requests = requests.size();
+  report.block_bytes = setup.block_bytes;
+  report.unique_blocks = setup.dense.unique_blocks;
+  report.capacity_blocks = setup.capacity_blocks;
   for (PolicyKind policy : options.policies) {
     KVTIER_ASSIGN_OR_RETURN(ReplayPolicyResult r, ReplayPolicy(requests, policy, report.capacity_blocks, report.block_bytes, options));
     report.results.push_back(std::move(r));
   }
-  KVTIER_ASSIGN_OR_RETURN(OptimalBound bound, ComputeOptimalBound(dense.trace, report.capacity_blocks));
+  KVTIER_ASSIGN_OR_RETURN(OptimalBound bound, ComputeOptimalBound(setup.dense.trace, report.capacity_blocks));
   report.accesses = bound.ceiling.accesses;
   report.results.push_back(FromHitStats("opt", bound.optimal));
   report.results.push_back(FromHitStats("ceiling", bound.ceiling));
+  return report;
+}
+
+Result<ReplayGapReport> AnalyzeReplayGap(const std::vector<ReplayRequest>& requests, const ReplayOptions& options,
+                                         const GapAnalysisOptions& gap_options) {
+  KVTIER_ASSIGN_OR_RETURN(const Setup setup, PrepareReplay(requests, options));
+  ReplayGapReport report;
+  report.requests = requests.size();
+  report.unique_blocks = setup.dense.unique_blocks;
+  report.capacity_blocks = setup.capacity_blocks;
+  KVTIER_ASSIGN_OR_RETURN(report.store_lru,
+                          ReplayPolicy(requests, PolicyKind::kLru, setup.capacity_blocks, setup.block_bytes, options));
+  const uint64_t capacities[] = {setup.capacity_blocks};
+  KVTIER_ASSIGN_OR_RETURN(std::vector<GapAnalysis> gap, AnalyzeGap(setup.dense.trace, capacities, gap_options));
+  report.gap = std::move(gap.front());
   return report;
 }
 
