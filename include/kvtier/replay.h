@@ -19,6 +19,7 @@
 
 #include "kvtier/block.h"
 #include "kvtier/cost_model.h"
+#include "kvtier/engine_model.h"
 #include "kvtier/eviction_policy.h"
 #include "kvtier/gap_analysis.h"
 #include "kvtier/status.h"
@@ -62,6 +63,11 @@ struct ReplayOptions {
   // the tiers they are in (DefaultTierCost of the tier's kind) and recomputes the rest of its
   // prompt (this model's prefill on its GPU). Default: none (no projection).
   std::optional<PrefillCostModel> cost_model;
+  // The engine model (engine_model.h): requests queue for prefill and decode on engines of
+  // the cost model's GPU, and reach the store when an engine starts their prefill (prompt
+  // stored when it ends, output when the last token is out). Needs cost_model. The queueing
+  // TTFT is in the results' `engine`. Default: none (each request served as it arrives).
+  std::optional<EngineOptions> engine;
 
   Status Validate() const;
 };
@@ -83,6 +89,8 @@ struct ReplayPolicyResult {
   // projected prefill (one GPU, requests one after another), at $2 per GPU-hour.
   double prefill_tokens_per_s = 0, no_cache_prefill_tokens_per_s = 0;
   double dollars_per_mtok = 0, no_cache_dollars_per_mtok = 0;
+  // With the engine model: its summary (TTFT with queueing; per-request vectors left empty).
+  std::optional<EngineReport> engine;
 };
 
 struct ReplayReport {

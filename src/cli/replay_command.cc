@@ -37,6 +37,9 @@ struct ReplayCommandOptions {
   bool move_bytes = false;
   std::string model = "llama-3-8b";
   std::string gpu = "h100-sxm";
+  uint32_t engines = 0;  // 0: no engine model (each request served as it arrives)
+  uint32_t max_batched_tokens = 8192;
+  uint32_t max_running = 256;
   std::string analyze;  // "gap": the gap analysis instead of the policies
   std::vector<uint64_t> lookahead = {8, 32, 128, 512};
 };
@@ -59,6 +62,14 @@ nlohmann::json ResultJson(const ReplayPolicyResult& r) {
                         {"token_hit_rate", r.token_hit_rate}, {"hit_blocks", r.hit_blocks},
                         {"accesses", r.accesses},     {"accesses_per_s", r.accesses_per_s}};
   if (!r.tier_hits.empty()) out["tier_hits"] = r.tier_hits;
+  if (r.engine) {
+    const EngineReport& e = *r.engine;
+    out["engine"] = {{"ttft_mean_s", e.ttft_mean_s},       {"ttft_p50_s", e.ttft_p50_s},
+                     {"ttft_p99_s", e.ttft_p99_s},         {"queue_wait_mean_s", e.queue_wait_mean_s},
+                     {"queue_wait_p99_s", e.queue_wait_p99_s}, {"makespan_s", e.makespan_s},
+                     {"prompt_tokens_per_s", e.prompt_tokens_per_s}, {"waiting_mean", e.waiting_mean},
+                     {"waiting_p99", e.waiting_p99},       {"steps", e.steps}};
+  }
   if (r.ttft_mean_s > 0) {
     out["ttft_mean_s"] = r.ttft_mean_s;
     out["ttft_p50_s"] = r.ttft_p50_s;
@@ -116,6 +127,13 @@ std::string Table(const nlohmann::json& run) {
                   100 * r["block_hit_rate"].get<double>(), 100 * r["token_hit_rate"].get<double>(),
                   speed > 0 ? std::to_string(static_cast<uint64_t>(speed)).c_str() : "-", ttft.c_str(), tiers.c_str());
     out += line;
+    if (r.contains("engine")) {
+      const nlohmann::json& e = r["engine"];
+      std::snprintf(line, sizeof line, "          engine: TTFT p50 %.3f s, p99 %.3f s; queue wait mean %.3f s; %.1f waiting\n",
+                    e["ttft_p50_s"].get<double>(), e["ttft_p99_s"].get<double>(), e["queue_wait_mean_s"].get<double>(),
+                    e["waiting_mean"].get<double>());
+      out += line;
+    }
   }
   return out;
 }
@@ -247,6 +265,10 @@ int Run(const ReplayCommandOptions& o) {
     if (!tiers.ok()) return fail(tiers.status());
     options.tiers = *tiers;
   }
+  if (o.engines > 0) {
+    options.engine = EngineOptions{
+        .engines = o.engines, .max_batched_tokens = o.max_batched_tokens, .max_running = o.max_running};
+  }
   options.move_bytes = o.move_bytes;
   if (o.move_bytes && !options.tiers) return fail(Status::InvalidArgument("--move-bytes needs --tier-config"));
   options.capacity_blocks = o.capacity_blocks;
@@ -325,6 +347,11 @@ void AddReplayCommand(CLI::App& app, int& exit_code) {
   cmd->add_flag("--move-bytes", o->move_bytes, "Data mode: real bytes through the --tier-config tiers");
   cmd->add_option("--model", o->model, "Catalog model: block size in bytes, prefill cost")->capture_default_str();
   cmd->add_option("--gpu", o->gpu, "GPU preset for the TTFT projection (h100-sxm, h200, a100, b200)")->capture_default_str();
+  cmd->add_option("--engines", o->engines,
+                  "Engine model (docs/replay.md): requests queue on this many engines of --gpu; 0: served on arrival")
+      ->capture_default_str();
+  cmd->add_option("--max-batched-tokens", o->max_batched_tokens, "Engine model: tokens per step")->capture_default_str();
+  cmd->add_option("--max-running", o->max_running, "Engine model: requests running per engine")->capture_default_str();
   cmd->add_option("--analyze", o->analyze,
                   "\"gap\": how much of OPT - LRU each piece of future knowledge is worth (oracle runs)");
   cmd->add_option("--lookahead", o->lookahead, "With --analyze gap: the lookahead windows, in requests")

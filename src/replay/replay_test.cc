@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "kvtier/model_catalog.h"
+
 namespace kvtier {
 namespace {
 
@@ -86,6 +88,51 @@ TEST(Replay, RejectsBadOptions) {
   options = {};
   options.capacity_fraction = 0;
   EXPECT_EQ(Replay({}, options).status().code(), StatusCode::kInvalidArgument);
+}
+
+PrefillCostModel Llama8bOnH100() {
+  Result<ModelSpec> model = LoadCatalogModel("llama-3-8b");
+  Result<GpuSpec> gpu = GpuPreset("h100-sxm");
+  EXPECT_TRUE(model.ok() && gpu.ok());
+  return PrefillCostModel::Create(*model, *gpu).value();
+}
+
+TEST(ReplayEngine, ARequestHitsOnlyWhatFinishedPrefillingBeforeItStarted) {
+  // Two requests for the same 256-block prompt, the second 1 ms after the first: served on
+  // arrival the second hits everything; through one engine it starts after the first's
+  // prefill (the budget holds one prompt per step) and hits too; with two engines it starts
+  // while the first still prefills, so it finds nothing stored yet.
+  std::vector<ReplayBlock> prompt;
+  for (uint64_t i = 1; i <= 256; ++i) prompt.push_back(B(i));
+  const std::vector<ReplayRequest> trace = {R(0, prompt), R(0.001, prompt)};
+  ReplayOptions options;
+  options.policies = {PolicyKind::kLru};
+  options.capacity_blocks = 1024;
+  options.cost_model = Llama8bOnH100();
+  Result<ReplayReport> instant = Replay(trace, options);
+  ASSERT_TRUE(instant.ok()) << instant.status().ToString();
+  EXPECT_EQ(Find(*instant, "lru").hit_blocks, 256u);
+  EXPECT_FALSE(Find(*instant, "lru").engine.has_value());
+
+  options.engine = EngineOptions{.engines = 1, .max_batched_tokens = 4096};
+  Result<ReplayReport> queued = Replay(trace, options);
+  ASSERT_TRUE(queued.ok()) << queued.status().ToString();
+  const ReplayPolicyResult& one = Find(*queued, "lru");
+  EXPECT_EQ(one.hit_blocks, 256u);
+  ASSERT_TRUE(one.engine.has_value());
+  EXPECT_GT(one.engine->queue_wait_mean_s, 0);
+
+  options.engine->engines = 2;
+  Result<ReplayReport> parallel = Replay(trace, options);
+  ASSERT_TRUE(parallel.ok()) << parallel.status().ToString();
+  EXPECT_EQ(Find(*parallel, "lru").hit_blocks, 0u);
+  EXPECT_DOUBLE_EQ(Find(*parallel, "lru").engine->queue_wait_mean_s, 0);
+}
+
+TEST(ReplayEngine, NeedsACostModel) {
+  ReplayOptions options;
+  options.engine = EngineOptions{};
+  EXPECT_EQ(Replay({R(0, {B(1)})}, options).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

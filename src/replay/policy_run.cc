@@ -1,0 +1,277 @@
+#include "replay/policy_run.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <unordered_map>
+
+#include "store/capacity_tier.h"
+#include "util/quantile.h"
+
+namespace kvtier::replay_internal {
+namespace {
+
+// The tiers of a run: every policy starts from empty ones.
+Result<std::vector<std::unique_ptr<Tier>>> OpenRunTiers(const ReplayOptions& options, uint64_t capacity_blocks,
+                                                        uint64_t block_bytes, StoreOptions& so) {
+  std::vector<std::unique_ptr<Tier>> tiers;
+  if (options.tiers && options.move_bytes) {
+    // Persistent tiers would otherwise bring back the previous run's blocks.
+    TierConfig config = *options.tiers;
+    for (TierOptions& t : config.tiers) {
+      if (auto* nvme = std::get_if<NvmeTierOptions>(&t)) nvme->recover = false;
+      if (auto* pfs = std::get_if<ParallelFsTierOptions>(&t)) {
+        std::error_code ec;
+        std::filesystem::remove_all(pfs->directory, ec);
+      }
+    }
+    return OpenTiers(config);
+  }
+  so.metadata_only = true;
+  if (options.tiers) {
+    for (const TierOptions& t : options.tiers->tiers) {
+      std::visit(
+          [&](const auto& o) {
+            tiers.push_back(std::make_unique<CapacityTier>(o.name, TierKindOf(t), o.capacity_bytes));
+          },
+          t);
+    }
+    return tiers;
+  }
+  // One tier evicting on demand: full means `capacity_blocks` blocks, as in the bounds.
+  so.prefetch = false;
+  so.high_watermark = 1.0;
+  so.low_watermark = 1.0 - 1e-12;
+  tiers.push_back(std::make_unique<CapacityTier>("replay", TierKind::kCpuDram, capacity_blocks * block_bytes));
+  return tiers;
+}
+
+}  // namespace
+
+PolicyRun::PolicyRun(const std::vector<ReplayRequest>& requests, PolicyKind policy, const ReplayOptions& options)
+    : requests_(requests), policy_(policy), options_(options), hit_blocks_(requests.size(), 0) {
+  out_.policy = std::string(PolicyKindName(policy));
+}
+
+Result<std::unique_ptr<PolicyRun>> PolicyRun::Open(const std::vector<ReplayRequest>& requests, PolicyKind policy,
+                                                   uint64_t capacity_blocks, uint64_t block_bytes,
+                                                   const ReplayOptions& options) {
+  std::unique_ptr<PolicyRun> run(new PolicyRun(requests, policy, options));
+  KVTIER_RETURN_IF_ERROR(run->OpenStore(capacity_blocks, block_bytes));
+  return run;
+}
+
+Status PolicyRun::OpenStore(uint64_t capacity_blocks, uint64_t block_bytes) {
+  StoreOptions so;
+  so.policy = policy_;
+  so.synchronous_moves = true;
+  so.clock = [this] { return now_; };
+  so.recompute_seconds_per_token = options_.recompute_seconds_per_token;
+  if (options_.predictor_horizon_s > 0) so.predictor.horizon_s = options_.predictor_horizon_s;
+  KVTIER_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Tier>> tiers, OpenRunTiers(options_, capacity_blocks, block_bytes, so));
+  for (const auto& t : tiers) costs_.push_back(DefaultTierCost(t->kind()));
+  KVTIER_ASSIGN_OR_RETURN(store_, TieredStore::Open(std::move(tiers), so));
+  return Status::Ok();
+}
+
+uint32_t PolicyRun::BytesOf(const ReplayBlock& b) const {
+  return static_cast<uint32_t>(b.tokens * options_.kv_bytes_per_token);
+}
+
+Result<std::size_t> PolicyRun::Start(std::size_t request) {
+  const ReplayRequest& r = requests_[request];
+  keys_.clear();
+  for (const ReplayBlock& b : r.prompt) keys_.push_back(b.key);
+  const LookupResult found = store_->Lookup(keys_);
+  const std::size_t hit = found.prefix_blocks;
+  hit_blocks_[request] = hit;
+  double load_seconds = 0;
+  for (std::size_t i = 0; i < r.prompt.size(); ++i) {
+    ++out_.accesses;
+    out_.tokens += r.prompt[i].tokens;
+    if (i < hit) {
+      ++out_.hit_blocks;
+      out_.hit_tokens += r.prompt[i].tokens;
+      load_seconds += costs_[static_cast<std::size_t>(found.tier[i])].LoadSeconds(BytesOf(r.prompt[i]));
+    }
+  }
+  load_seconds_ = load_seconds;
+  // The request holds its prefix while it runs, as an engine does: the moves its reads
+  // cause (promotion, prefetch, demotion below) must not drop the blocks it extends.
+  KVTIER_ASSIGN_OR_RETURN(StorePin pin, store_->Pin(std::span(keys_).first(hit)));
+  pins_.insert_or_assign(request, std::move(pin));
+  if (hit > 0) {
+    outs_.clear();
+    if (options_.move_bytes) {
+      buffers_.resize(hit);
+      for (std::size_t i = 0; i < hit; ++i) {
+        buffers_[i].resize(BytesOf(r.prompt[i]));
+        outs_.emplace_back(buffers_[i]);
+      }
+    }
+    // A block can be dropped between the lookup and the read only with several threads.
+    KVTIER_ASSIGN_OR_RETURN(std::size_t read, store_->Get(std::span(keys_).first(hit), outs_, r.transition));
+    (void)read;
+  }
+  return hit;
+}
+
+Status PolicyRun::Store(std::size_t request, std::span<const ReplayBlock> prompt_tail,
+                        std::span<const ReplayBlock> output, const std::optional<BlockKey>& parent) {
+  const ReplayRequest& r = requests_[request];
+  puts_.clear();
+  auto add = [&](const ReplayBlock& b) {
+    puts_.push_back({.key = b.key, .bytes = BytesOf(b), .tokens = b.tokens, .type = b.type, .transition = r.transition});
+  };
+  for (const ReplayBlock& b : prompt_tail) add(b);
+  for (const ReplayBlock& b : output) add(b);
+  if (puts_.empty()) return Status::Ok();
+  if (options_.move_bytes) {
+    payloads_.resize(puts_.size());
+    for (std::size_t i = 0; i < puts_.size(); ++i) {
+      payloads_[i].assign(puts_[i].bytes, static_cast<std::byte>(puts_[i].key.lo & 0xff));
+      puts_[i].payload = payloads_[i];
+    }
+  }
+  Result<PutResult> put = store_->Put(puts_, parent);
+  // A key stored under another parent is a collision in the trace's hashes, and a request
+  // longer than the cache cannot be held whole: either way the rest of the request is not
+  // cached, as an engine would do.
+  if (!put.ok() && put.status().code() != StatusCode::kAlreadyExists &&
+      put.status().code() != StatusCode::kResourceExhausted) {
+    return put.status();
+  }
+  return Status::Ok();
+}
+
+Status PolicyRun::StoreRest(std::size_t request, std::size_t from, bool with_output) {
+  const ReplayRequest& r = requests_[request];
+  const std::optional<BlockKey> parent = from > 0 ? std::optional(r.prompt[from - 1].key) : std::nullopt;
+  const std::span<const ReplayBlock> output =
+      with_output && options_.cache_output ? std::span<const ReplayBlock>(r.output) : std::span<const ReplayBlock>();
+  return Store(request, std::span(r.prompt).subspan(from), output, parent);
+}
+
+Status PolicyRun::StoreOutput(std::size_t request) {
+  const ReplayRequest& r = requests_[request];
+  if (!options_.cache_output || r.output.empty() || r.prompt.empty()) return Status::Ok();
+  const Status stored = Store(request, {}, r.output, r.prompt.back().key);
+  // NotFound: the prompt's last block left while the request decoded (or was never stored),
+  // so the output cannot be chained to it, as in an engine.
+  return stored.code() == StatusCode::kNotFound ? Status::Ok() : stored;
+}
+
+Result<ReplayPolicyResult> PolicyRun::ServeInstantly() {
+  std::vector<double> ttft;
+  double no_cache_sum = 0;
+  uint64_t projected_tokens = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (std::size_t q = 0; q < requests_.size(); ++q) {
+    const ReplayRequest& r = requests_[q];
+    now_ = std::max(now_, r.arrival_s);
+    KVTIER_ASSIGN_OR_RETURN(const std::size_t hit, Start(q));
+    if (options_.cost_model) {
+      // Load the hit blocks from where they are, recompute the rest after them.
+      uint64_t hit_tokens = 0, prompt_tokens = 0;
+      for (std::size_t i = 0; i < r.prompt.size(); ++i) {
+        prompt_tokens += r.prompt[i].tokens;
+        if (i < hit) hit_tokens += r.prompt[i].tokens;
+      }
+      ttft.push_back(load_seconds_ + options_.cost_model->RecomputeSeconds(prompt_tokens - hit_tokens, hit_tokens));
+      no_cache_sum += options_.cost_model->RecomputeSeconds(prompt_tokens, 0);
+      projected_tokens += prompt_tokens;
+    }
+    const Status stored = StoreRest(q, hit, /*with_output=*/true);
+    pins_.erase(q);
+    KVTIER_RETURN_IF_ERROR(stored);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out_.accesses_per_s = seconds > 0 ? static_cast<double>(out_.accesses) / seconds : 0;
+  if (!ttft.empty()) {
+    double sum = 0;
+    for (double v : ttft) sum += v;
+    out_.ttft_mean_s = sum / static_cast<double>(ttft.size());
+    out_.ttft_no_cache_mean_s = no_cache_sum / static_cast<double>(ttft.size());
+    constexpr double kDollarsPerGpuHour = 2.0;  // the paper's assumption
+    auto dollars_per_mtok = [&](double tokens_per_s) { return kDollarsPerGpuHour / 3600 / tokens_per_s * 1e6; };
+    out_.prefill_tokens_per_s = static_cast<double>(projected_tokens) / sum;
+    out_.no_cache_prefill_tokens_per_s = static_cast<double>(projected_tokens) / no_cache_sum;
+    out_.dollars_per_mtok = dollars_per_mtok(out_.prefill_tokens_per_s);
+    out_.no_cache_dollars_per_mtok = dollars_per_mtok(out_.no_cache_prefill_tokens_per_s);
+    out_.ttft_p50_s = Quantile(ttft, 0.5);
+    out_.ttft_p99_s = Quantile(ttft, 0.99);
+  }
+  FinishResult();
+  return out_;
+}
+
+Result<ReplayPolicyResult> PolicyRun::ServeThroughEngine(const EngineOptions& engine) {
+  if (!options_.cost_model) return Status::InvalidArgument("replay: the engine model needs a cost model");
+  std::vector<EngineRequest> requests;
+  requests.reserve(requests_.size());
+  // A prompt that holds an earlier request's answer is the next turn of its conversation: it
+  // cannot be sent before that answer is out, whatever the trace's (synthetic) arrival says.
+  std::unordered_map<BlockKey, std::size_t, BlockKeyHash> answered_by;
+  for (std::size_t q = 0; q < requests_.size(); ++q) {
+    const ReplayRequest& r = requests_[q];
+    EngineRequest e{.arrival_s = r.arrival_s};
+    for (const ReplayBlock& b : r.prompt) {
+      e.prompt_tokens += b.tokens;
+      if (auto it = answered_by.find(b.key); it != answered_by.end()) e.after = std::max(e.after.value_or(0), it->second);
+    }
+    for (const ReplayBlock& b : r.output) {
+      e.output_tokens += b.tokens;
+      answered_by.insert_or_assign(b.key, q);
+    }
+    e.prompt_tokens = std::max<uint64_t>(1, e.prompt_tokens);
+    requests.push_back(e);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  KVTIER_ASSIGN_OR_RETURN(EngineReport report, SimulateEngine(requests, *options_.cost_model,
+                                                              options_.kv_bytes_per_token, engine, *this));
+  KVTIER_RETURN_IF_ERROR(error_);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out_.accesses_per_s = seconds > 0 ? static_cast<double>(out_.accesses) / seconds : 0;
+  report.ttft_s.clear();  // the summary is what a report carries
+  report.queue_wait_s.clear();
+  out_.engine = std::move(report);
+  FinishResult();
+  return out_;
+}
+
+EngineCache::Hit PolicyRun::StartPrefill(std::size_t request, double now, std::span<const std::size_t> waiting) {
+  (void)waiting;
+  if (!error_.ok()) return {};
+  now_ = std::max(now_, now);
+  Result<std::size_t> hit = Start(request);
+  if (!hit.ok()) {
+    error_ = hit.status();
+    return {};
+  }
+  uint64_t tokens = 0;
+  for (std::size_t i = 0; i < *hit; ++i) tokens += requests_[request].prompt[i].tokens;
+  return {.tokens = tokens, .load_seconds = load_seconds_};
+}
+
+void PolicyRun::PrefillDone(std::size_t request, double now) {
+  if (!error_.ok()) return;
+  now_ = std::max(now_, now);
+  const Status stored = StoreRest(request, hit_blocks_[request], /*with_output=*/false);
+  pins_.erase(request);
+  if (!stored.ok()) error_ = stored;
+}
+
+void PolicyRun::Finished(std::size_t request, double now) {
+  if (!error_.ok()) return;
+  now_ = std::max(now_, now);
+  const Status stored = StoreOutput(request);
+  if (!stored.ok()) error_ = stored;
+}
+
+void PolicyRun::FinishResult() {
+  for (const StoreTierStats& t : store_->GetStats().tiers) out_.tier_hits.push_back(t.hits);
+  out_.block_hit_rate = out_.accesses == 0 ? 0 : static_cast<double>(out_.hit_blocks) / static_cast<double>(out_.accesses);
+  out_.token_hit_rate = out_.tokens == 0 ? 0 : static_cast<double>(out_.hit_tokens) / static_cast<double>(out_.tokens);
+}
+
+}  // namespace kvtier::replay_internal

@@ -1,0 +1,71 @@
+// One policy's run of a replay (replay.h): the real TieredStore on a virtual clock, fed the
+// requests either the instant they arrive or, with an engine model (engine_model.h), when an
+// engine starts their prefill, with their prompt stored when the prefill ends and their output
+// when the last token is generated.
+//
+// Thread-safety: none; one run is one thread's.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "kvtier/engine_model.h"
+#include "kvtier/replay.h"
+#include "kvtier/store.h"
+
+namespace kvtier::replay_internal {
+
+class PolicyRun : public EngineCache {
+ public:
+  static Result<std::unique_ptr<PolicyRun>> Open(const std::vector<ReplayRequest>& requests, PolicyKind policy,
+                                                 uint64_t capacity_blocks, uint64_t block_bytes,
+                                                 const ReplayOptions& options);
+
+  // Every request served the instant it arrives, in order: the counts, rates, speed and the
+  // projected TTFT without queueing.
+  Result<ReplayPolicyResult> ServeInstantly();
+
+  // The requests through the engine model; the result also carries its report.
+  Result<ReplayPolicyResult> ServeThroughEngine(const EngineOptions& engine);
+
+  // EngineCache. A store error is kept and ends the run with it (the engine model cannot).
+  Hit StartPrefill(std::size_t request, double now, std::span<const std::size_t> waiting) override;
+  void PrefillDone(std::size_t request, double now) override;
+  void Finished(std::size_t request, double now) override;
+
+ private:
+  PolicyRun(const std::vector<ReplayRequest>& requests, PolicyKind policy, const ReplayOptions& options);
+  Status OpenStore(uint64_t capacity_blocks, uint64_t block_bytes);
+
+  // Looks the request's prompt up and reads its hit prefix, which stays pinned (in `pins_`)
+  // until its prompt is stored. Counts the accesses and hits; returns the hit in blocks.
+  Result<std::size_t> Start(std::size_t request);
+  // Stores blocks [from, prompt end) of the prompt and, with `with_output`, the output.
+  Status StoreRest(std::size_t request, std::size_t from, bool with_output);
+  // Stores the output after the prompt's last block, if that block is still cached.
+  Status StoreOutput(std::size_t request);
+  Status Store(std::size_t request, std::span<const ReplayBlock> prompt_tail, std::span<const ReplayBlock> output,
+               const std::optional<BlockKey>& parent);
+  uint32_t BytesOf(const ReplayBlock& b) const;
+  void FinishResult();
+
+  const std::vector<ReplayRequest>& requests_;
+  const PolicyKind policy_;
+  const ReplayOptions& options_;
+  double now_ = 0;
+  double load_seconds_ = 0;  // of the last started request's hit, from the tiers it is in
+  std::unique_ptr<TieredStore> store_;
+  std::vector<TierCost> costs_;
+  ReplayPolicyResult out_;
+  std::vector<std::size_t> hit_blocks_;   // per request, once started
+  std::map<std::size_t, StorePin> pins_;  // requests whose prefix is held while they prefill
+  Status error_;
+  // Per call scratch space, kept to save allocations.
+  std::vector<BlockKey> keys_;
+  std::vector<BlockPut> puts_;
+  std::vector<std::vector<std::byte>> payloads_, buffers_;
+  std::vector<std::span<std::byte>> outs_;
+};
+
+}  // namespace kvtier::replay_internal
