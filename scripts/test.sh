@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/stage.sh
 preset="${1:-release}"
-ci_stage setup bash scripts/setup.sh
+# .ci/run sets up once for all presets and says so with KVTIER_SETUP_DONE=1.
+[ -n "${KVTIER_SETUP_DONE:-}" ] || ci_stage setup bash scripts/setup.sh
 ci_stage "$preset.configure" cmake --preset "$preset" --log-level=WARNING
 ci_stage "$preset.build" cmake --build --preset "$preset"
 ci_stage "$preset.test" ctest --preset "$preset"
