@@ -2,6 +2,8 @@
 // returns the callback's exit code through `exit_code`.
 #pragma once
 
+#include <string>
+
 #include <CLI/CLI.hpp>
 
 namespace kvtier::cli {
@@ -16,5 +18,8 @@ void AddBenchCommand(CLI::App& app, int& exit_code);
 void AddTraceCommand(CLI::App& app, int& exit_code);
 void AddReplayCommand(CLI::App& app, int& exit_code);
 void AddServeCommand(CLI::App& app, int& exit_code);
+
+// What `kvtier --version` prints: version, commit, build type and optional features.
+std::string VersionText();
 
 }  // namespace kvtier::cli

@@ -7,6 +7,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"kvtier: architecture-aware, predictive multi-tier KV-cache management"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", kvtier::cli::VersionText, "Print the version, commit and build features");
   int exit_code = 0;
   kvtier::cli::AddSizeCommand(app, exit_code);
   kvtier::cli::AddInfoCommand(app, exit_code);
