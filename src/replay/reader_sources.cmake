@@ -10,6 +10,8 @@ kvtier_add_tests(pure replay/byte_level_pretokenizer_test.cc replay/bpe_tokenize
 # ICU, when installed, gives the BPE pre-tokenizer exact Unicode classes (\p{L}, \p{N}, \s);
 # without it a built-in table stands in (byte_level_pretokenizer.h).
 find_package(ICU COMPONENTS uc QUIET)
+# kvtierConfig.cmake (cmake/Install.cmake) finds ICU again for a consumer when it is linked.
+set(KVTIER_LINKS_ICU ${ICU_FOUND} CACHE INTERNAL "kvtier links ICU::uc")
 if(ICU_FOUND)
   target_link_libraries(kvtier PRIVATE ICU::uc)
   set_property(SOURCE replay/byte_level_pretokenizer.cc APPEND PROPERTY COMPILE_DEFINITIONS KVTIER_HAVE_ICU=1)
