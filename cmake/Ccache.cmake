@@ -21,6 +21,26 @@ set(KVTIER_CCACHE_DIR "${_kvtier_cache_root}/ccache" CACHE PATH "ccache's folder
 
 if(NOT KVTIER_CCACHE STREQUAL "OFF")
   find_program(KVTIER_CCACHE_PROGRAM ccache)
+  # ccache fails the compile when it cannot write its cache: a folder that cannot be made or
+  # written turns the cache off (AUTO) or stops here (ON), never breaks the build later.
+  set(_kvtier_unwritable OFF)
+  if(KVTIER_CCACHE_PROGRAM)
+    execute_process(COMMAND ${CMAKE_COMMAND} -E make_directory "${KVTIER_CCACHE_DIR}"
+                    RESULT_VARIABLE _kvtier_mkdir OUTPUT_QUIET ERROR_QUIET)
+    execute_process(COMMAND ${CMAKE_COMMAND} -E touch "${KVTIER_CCACHE_DIR}/.kvtier-write-probe"
+                    RESULT_VARIABLE _kvtier_touch OUTPUT_QUIET ERROR_QUIET)
+    if(NOT _kvtier_mkdir EQUAL 0 OR NOT _kvtier_touch EQUAL 0)
+      set(_kvtier_unwritable ON)
+    endif()
+  endif()
+  if(_kvtier_unwritable)
+    if(KVTIER_CCACHE STREQUAL "ON")
+      message(FATAL_ERROR "KVTIER_CCACHE=ON but ${KVTIER_CCACHE_DIR} cannot be written (set KVTIER_CCACHE_DIR)")
+    endif()
+    message(STATUS "kvtier: ${KVTIER_CCACHE_DIR} cannot be written; compiling without a cache")
+    unset(KVTIER_CCACHE_PROGRAM CACHE)
+    set(KVTIER_CCACHE_PROGRAM "")
+  endif()
   if(KVTIER_CCACHE_PROGRAM)
     # The settings travel on the launcher's command line, so they hold for `cmake --build`
     # and for IDEs alike, whatever the caller's environment says.
@@ -33,7 +53,7 @@ if(NOT KVTIER_CCACHE STREQUAL "OFF")
     message(STATUS "kvtier: compiling through ccache, cache in ${KVTIER_CCACHE_DIR}")
   elseif(KVTIER_CCACHE STREQUAL "ON")
     message(FATAL_ERROR "KVTIER_CCACHE=ON but ccache is not installed (apt-get install ccache)")
-  else()
+  elseif(NOT _kvtier_unwritable)
     message(STATUS "kvtier: ccache not found; compiling without a cache")
   endif()
 endif()

@@ -19,10 +19,15 @@ if ! compgen -G "$wheels/torch-2.13.0+cpu-*.whl" >/dev/null && ! compgen -G "$wh
   exit 0
 fi
 
-cache_root="${KVTIER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kvtier}"
+cache_root="${KVTIER_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/kvtier}"
+if ! mkdir -p "$cache_root" 2>/dev/null || [ ! -w "$cache_root" ]; then
+  # No writable cache folder: the venv goes into the clone and is paid for again next run.
+  echo "ci_e2e: $cache_root cannot be written; the venv goes under build/"
+  cache_root="$PWD/build/cache"
+  mkdir -p "$cache_root"
+fi
 key="$(cat tools/vllm/requirements-lock.txt tools/vllm/setup_venv.sh | sha256sum | cut -c1-16)"
 venv="${KVTIER_VLLM_VENV:-$cache_root/venv-vllm-$key}"
-mkdir -p "$cache_root"
 
 # A venv is used only once it is complete (the marker file is written last), so a run killed
 # while installing leaves nothing that a later run trusts. One installer at a time per machine.
