@@ -200,7 +200,8 @@ Result<std::vector<GapAnalysis>> AnalyzeGap(const PrefixTrace& trace, std::span<
     if (w == 0) return Status::InvalidArgument("gap analysis: a lookahead window must hold at least one request");
   }
   KVTIER_ASSIGN_OR_RETURN(const Prepared prepared, Prepare(trace));
-  KVTIER_ASSIGN_OR_RETURN(const std::vector<OptimalBound> bounds, ComputeOptimalBounds(trace, capacities));
+  KVTIER_ASSIGN_OR_RETURN(const std::vector<OptimalBound> bounds,
+                          replay_internal::ComputeOptimalBounds(trace, prepared, capacities));
   std::vector<std::pair<std::string, OracleSpec>> oracles = {
       {"admit-reused", {.admission = Admission::kOnlyReused}},
       {"admit-within-age", {.admission = Admission::kWithinLruAge}},

@@ -119,9 +119,10 @@ Status PrefixTrace::AddRequest(std::span<const uint64_t> ids, std::span<const ui
   return Status::Ok();
 }
 
-Result<std::vector<OptimalBound>> ComputeOptimalBounds(const PrefixTrace& trace,
+namespace replay_internal {
+
+Result<std::vector<OptimalBound>> ComputeOptimalBounds(const PrefixTrace& trace, const Prepared& prepared,
                                                        std::span<const uint64_t> capacities) {
-  KVTIER_ASSIGN_OR_RETURN(const Prepared prepared, Prepare(trace));
   const HitStats ceiling = Ceiling(trace, prepared);
   std::vector<OptimalBound> out;
   for (uint64_t capacity : capacities) {
@@ -133,6 +134,14 @@ Result<std::vector<OptimalBound>> ComputeOptimalBounds(const PrefixTrace& trace,
                    .ceiling = ceiling});
   }
   return out;
+}
+
+}  // namespace replay_internal
+
+Result<std::vector<OptimalBound>> ComputeOptimalBounds(const PrefixTrace& trace,
+                                                       std::span<const uint64_t> capacities) {
+  KVTIER_ASSIGN_OR_RETURN(const Prepared prepared, Prepare(trace));
+  return replay_internal::ComputeOptimalBounds(trace, prepared, capacities);
 }
 
 Result<OptimalBound> ComputeOptimalBound(const PrefixTrace& trace, uint64_t capacity_blocks) {

@@ -78,24 +78,25 @@ uint32_t PolicyRun::BytesOf(const ReplayBlock& b) const {
   return static_cast<uint32_t>(b.tokens * options_.kv_bytes_per_token);
 }
 
-Result<std::size_t> PolicyRun::Start(std::size_t request) {
+Result<PolicyRun::Started> PolicyRun::Start(std::size_t request) {
   const ReplayRequest& r = requests_[request];
   keys_.clear();
   for (const ReplayBlock& b : r.prompt) keys_.push_back(b.key);
   const LookupResult found = store_->Lookup(keys_);
   const std::size_t hit = found.prefix_blocks;
   hit_blocks_[request] = hit;
-  double load_seconds = 0;
+  Started started{.hit_blocks = hit};
   for (std::size_t i = 0; i < r.prompt.size(); ++i) {
-    ++out_.accesses;
-    out_.tokens += r.prompt[i].tokens;
+    started.prompt_tokens += r.prompt[i].tokens;
     if (i < hit) {
-      ++out_.hit_blocks;
-      out_.hit_tokens += r.prompt[i].tokens;
-      load_seconds += costs_[static_cast<std::size_t>(found.tier[i])].LoadSeconds(BytesOf(r.prompt[i]));
+      started.hit_tokens += r.prompt[i].tokens;
+      started.load_seconds += costs_[static_cast<std::size_t>(found.tier[i])].LoadSeconds(BytesOf(r.prompt[i]));
     }
   }
-  load_seconds_ = load_seconds;
+  out_.accesses += r.prompt.size();
+  out_.hit_blocks += hit;
+  out_.tokens += started.prompt_tokens;
+  out_.hit_tokens += started.hit_tokens;
   // The request holds its prefix while it runs, as an engine does: the moves its reads
   // cause (promotion, prefetch, demotion below) must not drop the blocks it extends.
   KVTIER_ASSIGN_OR_RETURN(StorePin pin, store_->Pin(std::span(keys_).first(hit)));
@@ -113,7 +114,7 @@ Result<std::size_t> PolicyRun::Start(std::size_t request) {
     KVTIER_ASSIGN_OR_RETURN(std::size_t read, store_->Get(std::span(keys_).first(hit), outs_, r.transition));
     (void)read;
   }
-  return hit;
+  return started;
 }
 
 Status PolicyRun::Store(std::size_t request, std::span<const ReplayBlock> prompt_tail,
@@ -169,24 +170,19 @@ Result<ReplayPolicyResult> PolicyRun::ServeInstantly() {
   for (std::size_t q = 0; q < requests_.size(); ++q) {
     const ReplayRequest& r = requests_[q];
     now_ = std::max(now_, r.arrival_s);
-    KVTIER_ASSIGN_OR_RETURN(const std::size_t hit, Start(q));
+    KVTIER_ASSIGN_OR_RETURN(const Started started, Start(q));
     if (options_.cost_model) {
       // Load the hit blocks from where they are, recompute the rest after them.
-      uint64_t hit_tokens = 0, prompt_tokens = 0;
-      for (std::size_t i = 0; i < r.prompt.size(); ++i) {
-        prompt_tokens += r.prompt[i].tokens;
-        if (i < hit) hit_tokens += r.prompt[i].tokens;
-      }
-      ttft.push_back(load_seconds_ + options_.cost_model->RecomputeSeconds(prompt_tokens - hit_tokens, hit_tokens));
-      no_cache_sum += options_.cost_model->RecomputeSeconds(prompt_tokens, 0);
-      projected_tokens += prompt_tokens;
+      ttft.push_back(started.load_seconds + options_.cost_model->RecomputeSeconds(
+                                                started.prompt_tokens - started.hit_tokens, started.hit_tokens));
+      no_cache_sum += options_.cost_model->RecomputeSeconds(started.prompt_tokens, 0);
+      projected_tokens += started.prompt_tokens;
     }
-    const Status stored = StoreRest(q, hit, /*with_output=*/true);
+    const Status stored = StoreRest(q, started.hit_blocks, /*with_output=*/true);
     pins_.erase(q);
     KVTIER_RETURN_IF_ERROR(stored);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  out_.accesses_per_s = seconds > 0 ? static_cast<double>(out_.accesses) / seconds : 0;
   if (!ttft.empty()) {
     double sum = 0;
     for (double v : ttft) sum += v;
@@ -201,12 +197,12 @@ Result<ReplayPolicyResult> PolicyRun::ServeInstantly() {
     out_.ttft_p50_s = Quantile(ttft, 0.5);
     out_.ttft_p99_s = Quantile(ttft, 0.99);
   }
-  FinishResult();
+  FinishResult(seconds);
   return out_;
 }
 
 Result<ReplayPolicyResult> PolicyRun::ServeThroughEngine(const EngineOptions& engine) {
-  if (!options_.cost_model) return Status::InvalidArgument("replay: the engine model needs a cost model");
+  // ReplayOptions::Validate has checked that there is a cost model.
   std::vector<EngineRequest> requests;
   requests.reserve(requests_.size());
   // A prompt that holds an earlier request's answer is the next turn of its conversation: it
@@ -231,11 +227,11 @@ Result<ReplayPolicyResult> PolicyRun::ServeThroughEngine(const EngineOptions& en
                                                               options_.kv_bytes_per_token, engine, *this));
   KVTIER_RETURN_IF_ERROR(error_);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  out_.accesses_per_s = seconds > 0 ? static_cast<double>(out_.accesses) / seconds : 0;
   report.ttft_s.clear();  // the summary is what a report carries
   report.queue_wait_s.clear();
+  report.arrival_s.clear();
   out_.engine = std::move(report);
-  FinishResult();
+  FinishResult(seconds);
   return out_;
 }
 
@@ -243,14 +239,12 @@ EngineCache::Hit PolicyRun::StartPrefill(std::size_t request, double now, std::s
   (void)waiting;
   if (!error_.ok()) return {};
   now_ = std::max(now_, now);
-  Result<std::size_t> hit = Start(request);
-  if (!hit.ok()) {
-    error_ = hit.status();
+  Result<Started> started = Start(request);
+  if (!started.ok()) {
+    error_ = started.status();
     return {};
   }
-  uint64_t tokens = 0;
-  for (std::size_t i = 0; i < *hit; ++i) tokens += requests_[request].prompt[i].tokens;
-  return {.tokens = tokens, .load_seconds = load_seconds_};
+  return {.tokens = started->hit_tokens, .load_seconds = started->load_seconds};
 }
 
 void PolicyRun::PrefillDone(std::size_t request, double now) {
@@ -268,7 +262,8 @@ void PolicyRun::Finished(std::size_t request, double now) {
   if (!stored.ok()) error_ = stored;
 }
 
-void PolicyRun::FinishResult() {
+void PolicyRun::FinishResult(double seconds) {
+  out_.accesses_per_s = seconds > 0 ? static_cast<double>(out_.accesses) / seconds : 0;
   for (const StoreTierStats& t : store_->GetStats().tiers) out_.tier_hits.push_back(t.hits);
   out_.block_hit_rate = out_.accesses == 0 ? 0 : static_cast<double>(out_.hit_blocks) / static_cast<double>(out_.accesses);
   out_.token_hit_rate = out_.tokens == 0 ? 0 : static_cast<double>(out_.hit_tokens) / static_cast<double>(out_.tokens);

@@ -38,9 +38,16 @@ class PolicyRun : public EngineCache {
   PolicyRun(const std::vector<ReplayRequest>& requests, PolicyKind policy, const ReplayOptions& options);
   Status OpenStore(uint64_t capacity_blocks, uint64_t block_bytes);
 
+  // What a request found when it started.
+  struct Started {
+    std::size_t hit_blocks = 0;
+    uint64_t hit_tokens = 0;
+    uint64_t prompt_tokens = 0;
+    double load_seconds = 0;  // of its hit, from the tiers it is in
+  };
   // Looks the request's prompt up and reads its hit prefix, which stays pinned (in `pins_`)
-  // until its prompt is stored. Counts the accesses and hits; returns the hit in blocks.
-  Result<std::size_t> Start(std::size_t request);
+  // until its prompt is stored. Counts the accesses and hits.
+  Result<Started> Start(std::size_t request);
   // Stores blocks [from, prompt end) of the prompt and, with `with_output`, the output.
   Status StoreRest(std::size_t request, std::size_t from, bool with_output);
   // Stores the output after the prompt's last block, if that block is still cached.
@@ -48,13 +55,13 @@ class PolicyRun : public EngineCache {
   Status Store(std::size_t request, std::span<const ReplayBlock> prompt_tail, std::span<const ReplayBlock> output,
                const std::optional<BlockKey>& parent);
   uint32_t BytesOf(const ReplayBlock& b) const;
-  void FinishResult();
+  // Hit rates, per-tier hits and the replay speed of a run that took `seconds`.
+  void FinishResult(double seconds);
 
   const std::vector<ReplayRequest>& requests_;
   const PolicyKind policy_;
   const ReplayOptions& options_;
   double now_ = 0;
-  double load_seconds_ = 0;  // of the last started request's hit, from the tiers it is in
   std::unique_ptr<TieredStore> store_;
   std::vector<TierCost> costs_;
   ReplayPolicyResult out_;

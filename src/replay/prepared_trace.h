@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kvtier/optimal_bound.h"
@@ -26,6 +27,11 @@ struct Prepared {
 // Checks the trace's shape and that it is a prefix tree (each id under one parent), then
 // computes dense indices and next uses. O(N log N). InvalidArgument on a malformed trace.
 Result<Prepared> Prepare(const PrefixTrace& trace);
+
+// optimal_bound.h's ComputeOptimalBounds over a trace already prepared, so that a caller that
+// needs the preparation too (the gap analysis) does it once. Defined in optimal_bound.cc.
+Result<std::vector<OptimalBound>> ComputeOptimalBounds(const PrefixTrace& trace, const Prepared& prepared,
+                                                       std::span<const uint64_t> capacities);
 
 // `stats` with its hit rates computed from its counts (0 where nothing was counted).
 HitStats FinishHitStats(HitStats stats);
