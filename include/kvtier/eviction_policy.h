@@ -17,6 +17,10 @@
 //  - kBayes: the paper's policy: lowest expected saving per byte, P_reuse x (recompute time -
 //    load time) / bytes, discounted by staleness, with P_reuse from a shared ReusePredictor
 //    (reuse_predictor.h).
+//  - kPredictive: least recently used first, except that blocks a queued request will read
+//    (Expect) leave only after every other block, the latest-needed of them first. It acts on
+//    the engine's known future, its waiting queue: docs/policies.md and docs/gap_analysis.md
+//    say what that is worth and why the trace's past alone is worth little more than LRU.
 //
 // Costs: every operation is O(1) (S3-FIFO, ARC; amortized) or O(log n) (LRU, EMA, Bayes);
 // about 100-130 bytes per resident block (entry, key table at half load, heap slot), plus
@@ -79,12 +83,17 @@ class EvictionPolicy {
   // (Bayes refuses blocks predicted useless). Every other policy admits everything.
   virtual bool ShouldAdmit(const ResidentBlock& /*block*/, double /*now_s*/) { return true; }
 
+  // A queued request will read the block: `order` ranks the expected reads (smaller is read
+  // sooner); nullopt when no queued request needs it any more. Given for resident blocks and
+  // again whenever one becomes resident. Policies that do not predict ignore it.
+  virtual void Expect(const BlockKey& /*key*/, std::optional<uint64_t> /*order*/) {}
+
   // Resident blocks, evictable or not.
   virtual std::size_t size() const = 0;
 };
 
-// In configs and on the command line: "lru", "ema", "s3fifo", "arc", "bayes".
-enum class PolicyKind : uint8_t { kLru = 0, kEma = 1, kS3Fifo = 2, kArc = 3, kBayes = 4 };
+// In configs and on the command line: "lru", "ema", "s3fifo", "arc", "bayes", "predictive".
+enum class PolicyKind : uint8_t { kLru = 0, kEma = 1, kS3Fifo = 2, kArc = 3, kBayes = 4, kPredictive = 5 };
 std::string_view PolicyKindName(PolicyKind kind);
 Result<PolicyKind> ParsePolicyKind(std::string_view name);
 

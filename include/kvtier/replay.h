@@ -42,7 +42,7 @@ struct ReplayRequest {
 
 struct ReplayOptions {
   std::vector<PolicyKind> policies = {PolicyKind::kLru, PolicyKind::kEma, PolicyKind::kS3Fifo, PolicyKind::kArc,
-                                      PolicyKind::kBayes};
+                                      PolicyKind::kBayes, PolicyKind::kPredictive};
   // Capacity of the single replay tier in blocks (0: use capacity_fraction).
   uint64_t capacity_blocks = 0;
   double capacity_fraction = 0.05;  // Default: 5% of the trace's unique blocks

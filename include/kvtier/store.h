@@ -192,6 +192,7 @@ struct StoreStats {
 };
 
 class StorePin;
+class StoreExpectation;
 
 class TieredStore {
  public:
@@ -237,6 +238,14 @@ class TieredStore {
   // Keeps the stored prefix of `keys` from being demoted or dropped while the pin lives.
   Result<StorePin> Pin(std::span<const BlockKey> keys);
 
+  // A queued request will read `keys` (its prompt's chain, stored yet or not): while the
+  // handle lives, policies that predict (PolicyKind::kPredictive) keep those blocks over every
+  // block no queued request needs, and blocks of earlier expectations over those of later
+  // ones (an engine serves its queue in order). A hint, not a pin: an expected block still
+  // leaves a tier that has nothing else to give. Drop the handle when the request starts
+  // (pin its hit then) or leaves the queue.
+  StoreExpectation Expect(std::span<const BlockKey> keys);
+
   // Runs every queued move to completion (tests, shutdown, replay checkpoints).
   void Drain();
 
@@ -256,9 +265,11 @@ class TieredStore {
 
  private:
   friend class StorePin;
+  friend class StoreExpectation;
   struct Impl;
   explicit TieredStore(std::unique_ptr<Impl> impl);
   void Unpin(std::span<const BlockKey> keys);
+  void Unexpect(std::span<const BlockKey> keys, uint64_t order);
   // Copies stored blocks into the fastest tier (a mover's job; `prefetch` marks them so
   // that their use or waste is counted).
   void PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch);
@@ -285,6 +296,29 @@ class StorePin {
 
   TieredStore* store_ = nullptr;
   std::vector<BlockKey> keys_;
+};
+
+// Withdraws its expected reads (TieredStore::Expect) when destroyed. Move-only.
+class StoreExpectation {
+ public:
+  StoreExpectation() = default;
+  StoreExpectation(StoreExpectation&& other) noexcept;
+  StoreExpectation& operator=(StoreExpectation&& other) noexcept;
+  StoreExpectation(const StoreExpectation&) = delete;
+  StoreExpectation& operator=(const StoreExpectation&) = delete;
+  ~StoreExpectation();
+
+  std::size_t size() const { return keys_.size(); }
+  void Release();
+
+ private:
+  friend class TieredStore;
+  StoreExpectation(TieredStore* store, std::vector<BlockKey> keys, uint64_t order)
+      : store_(store), keys_(std::move(keys)), order_(order) {}
+
+  TieredStore* store_ = nullptr;
+  std::vector<BlockKey> keys_;
+  uint64_t order_ = 0;
 };
 
 }  // namespace kvtier

@@ -13,6 +13,7 @@ std::unique_ptr<EvictionPolicy> NewLruPolicy(const PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> NewEmaPolicy(const PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> NewS3FifoPolicy(const PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> NewArcPolicy(const PolicyOptions& options);
+std::unique_ptr<EvictionPolicy> NewPredictivePolicy(const PolicyOptions& options);
 std::unique_ptr<EvictionPolicy> NewBayesPolicy(const PolicyOptions& options, std::shared_ptr<ReusePredictor> predictor);
 
 }  // namespace kvtier::policy_internal

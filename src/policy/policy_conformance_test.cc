@@ -63,6 +63,9 @@ TEST_P(PolicyConformance, VictimIsAlwaysAResidentEvictableBlock) {
       const BlockKey key = pick();
       policy->Remove(key, now);
       forget(key);
+    } else if (op == 6 && step % 2 == 0) {  // a queued request will read it, or no longer
+      const bool expected = std::bernoulli_distribution(0.5)(rng);
+      policy->Expect(pick(), expected ? std::optional<uint64_t>(static_cast<uint64_t>(step)) : std::nullopt);
     } else if (op <= 7) {
       const BlockKey key = pick();
       const bool evictable = std::bernoulli_distribution(0.6)(rng);
@@ -78,6 +81,7 @@ TEST_P(PolicyConformance, VictimIsAlwaysAResidentEvictableBlock) {
     policy->Touch(Key(100000 + static_cast<uint64_t>(step)), TransitionType::kToolSwitch, now);
     policy->SetEvictable(Key(100000 + static_cast<uint64_t>(step)), true);
     policy->Remove(Key(100000 + static_cast<uint64_t>(step)), now);
+    policy->Expect(Key(100000 + static_cast<uint64_t>(step)), 1);
     CheckVictim(*policy, model);
     if (HasFatalFailure()) FAIL() << "at step " << step;
   }
@@ -118,14 +122,15 @@ TEST_P(PolicyConformance, DrainsChainsLeafFirst) {
 
 INSTANTIATE_TEST_SUITE_P(AllKinds, PolicyConformance,
                          ::testing::Values(PolicyKind::kLru, PolicyKind::kEma, PolicyKind::kS3Fifo, PolicyKind::kArc,
-                                           PolicyKind::kBayes),
+                                           PolicyKind::kBayes, PolicyKind::kPredictive),
                          [](const ::testing::TestParamInfo<PolicyKind>& param) {
                            return std::string(PolicyKindName(param.param));
                          });
 
 TEST(PolicyFactory, ParsesKindsAndValidatesOptions) {
   for (PolicyKind kind :
-       {PolicyKind::kLru, PolicyKind::kEma, PolicyKind::kS3Fifo, PolicyKind::kArc, PolicyKind::kBayes}) {
+       {PolicyKind::kLru, PolicyKind::kEma, PolicyKind::kS3Fifo, PolicyKind::kArc, PolicyKind::kBayes,
+        PolicyKind::kPredictive}) {
     Result<PolicyKind> parsed = ParsePolicyKind(PolicyKindName(kind));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, kind);

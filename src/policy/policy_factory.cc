@@ -19,17 +19,19 @@ std::string_view PolicyKindName(PolicyKind kind) {
     case PolicyKind::kS3Fifo: return "s3fifo";
     case PolicyKind::kArc: return "arc";
     case PolicyKind::kBayes: return "bayes";
+    case PolicyKind::kPredictive: return "predictive";
   }
   return "unknown";
 }
 
 Result<PolicyKind> ParsePolicyKind(std::string_view name) {
   for (PolicyKind kind :
-       {PolicyKind::kLru, PolicyKind::kEma, PolicyKind::kS3Fifo, PolicyKind::kArc, PolicyKind::kBayes}) {
+       {PolicyKind::kLru, PolicyKind::kEma, PolicyKind::kS3Fifo, PolicyKind::kArc, PolicyKind::kBayes,
+        PolicyKind::kPredictive}) {
     if (name == PolicyKindName(kind)) return kind;
   }
   return Status::InvalidArgument("unknown eviction policy '" + std::string(name) +
-                                 "'; expected one of lru, ema, s3fifo, arc, bayes");
+                                 "'; expected one of lru, ema, s3fifo, arc, bayes, predictive");
 }
 
 Status PolicyOptions::Validate() const {
@@ -84,6 +86,7 @@ Result<std::unique_ptr<EvictionPolicy>> NewEvictionPolicy(PolicyKind kind, const
             "policy: bayes needs a ReusePredictor (ReusePredictor::Create) shared by the tiers");
       }
       return policy_internal::NewBayesPolicy(options, std::move(predictor));
+    case PolicyKind::kPredictive: return policy_internal::NewPredictivePolicy(options);
   }
   return Status::InvalidArgument("policy: unknown kind " + std::to_string(static_cast<int>(kind)));
 }

@@ -8,6 +8,8 @@
 //   static constexpr std::string_view kName;
 //   void Access(Entry&, double now_s, uint64_t sequence) const;  // admission or hit
 //   bool Before(const Entry& a, const Entry& b) const;            // a leaves first
+// and, when the order depends on expected reads (EvictionPolicy::Expect):
+//   void Expect(Entry&, std::optional<uint64_t> order) const;
 //
 // Thread-safety: none (eviction_policy.h: the store serializes a tier's calls).
 #pragma once
@@ -60,6 +62,15 @@ class RankedHeapPolicy final : public EvictionPolicy {
       heap_.Push(id);
     } else {
       heap_.Erase(id);
+    }
+  }
+
+  void Expect(const BlockKey& key, std::optional<uint64_t> order) override {
+    if constexpr (requires(Entry& e) { ranking_.Expect(e, order); }) {
+      const uint32_t id = table_.Find(key);
+      if (id == kNoId) return;
+      ranking_.Expect(table_[id], order);
+      if (heap_.Contains(id)) heap_.Update(id);
     }
   }
 

@@ -236,15 +236,26 @@ Result<ReplayPolicyResult> PolicyRun::ServeThroughEngine(const EngineOptions& en
 }
 
 EngineCache::Hit PolicyRun::StartPrefill(std::size_t request, double now, std::span<const std::size_t> waiting) {
-  (void)waiting;
   if (!error_.ok()) return {};
   now_ = std::max(now_, now);
+  ExpectQueued(waiting);
   Result<Started> started = Start(request);
+  // From here its hit is pinned; the rest it will compute.
+  expectations_.erase(request);
   if (!started.ok()) {
     error_ = started.status();
     return {};
   }
   return {.tokens = started->hit_tokens, .load_seconds = started->load_seconds};
+}
+
+void PolicyRun::ExpectQueued(std::span<const std::size_t> waiting) {
+  for (std::size_t q : waiting) {
+    if (expectations_.contains(q)) continue;
+    keys_.clear();
+    for (const ReplayBlock& b : requests_[q].prompt) keys_.push_back(b.key);
+    expectations_.emplace(q, store_->Expect(keys_));
+  }
 }
 
 void PolicyRun::PrefillDone(std::size_t request, double now) {

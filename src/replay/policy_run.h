@@ -55,6 +55,9 @@ class PolicyRun : public EngineCache {
   Status Store(std::size_t request, std::span<const ReplayBlock> prompt_tail, std::span<const ReplayBlock> output,
                const std::optional<BlockKey>& parent);
   uint32_t BytesOf(const ReplayBlock& b) const;
+  // Tells the store what the queued requests will read (the engine's known future), in
+  // queue order: requests already told keep their place.
+  void ExpectQueued(std::span<const std::size_t> waiting);
   // Hit rates, per-tier hits and the replay speed of a run that took `seconds`.
   void FinishResult(double seconds);
 
@@ -67,6 +70,7 @@ class PolicyRun : public EngineCache {
   ReplayPolicyResult out_;
   std::vector<std::size_t> hit_blocks_;   // per request, once started
   std::map<std::size_t, StorePin> pins_;  // requests whose prefix is held while they prefill
+  std::map<std::size_t, StoreExpectation> expectations_;  // queued requests, told to the store
   Status error_;
   // Per call scratch space, kept to save allocations.
   std::vector<BlockKey> keys_;

@@ -16,6 +16,7 @@
 
 #include "kvtier/prefix_index.h"
 #include "store/block_journal.h"
+#include "store/expected_reads.h"
 #include "util/task_pool.h"
 
 namespace kvtier {
@@ -100,6 +101,8 @@ struct TieredStore::Impl {
   std::vector<TierState> tiers;                            // GUARDED_BY(mu_) except `tier`
   StoreStats stats;                                        // GUARDED_BY(mu_): the store-wide counters
   std::unique_ptr<PrefetchWindow> prefetch_window;         // thread-safe itself
+  store_internal::ExpectedReads expected;                  // GUARDED_BY(mu_)
+  uint64_t expect_sequence = 0;                            // GUARDED_BY(mu_): the last Expect's order
 
   // Persistence: the persist tier's index (-1 without) and the journal (thread-safe itself,
   // called with `mu_` released). Both set in Open.
@@ -187,6 +190,16 @@ struct TieredStore::Impl {
     ts.used += meta.size_bytes;
     ++ts.blocks;
     ts.policy->Admit(Resident(key, meta, b), Now());
+    if (const std::optional<uint64_t> order = expected.Soonest(key)) ts.policy->Expect(key, order);
+  }
+
+  // Tells the policies of every tier holding `key` when a queued request reads it next.
+  void TellExpectedLocked(const BlockKey& key, std::optional<uint64_t> order) {
+    const std::optional<BlockInfo> info = index.Find(key);
+    if (!info) return;
+    for (int t = 0; t <= last_tier(); ++t) {
+      if (info->meta.tiers & (1u << t)) tiers[static_cast<std::size_t>(t)].policy->Expect(key, order);
+    }
   }
 
   void RemoveFromTierLocked(const BlockKey& key, int t, uint32_t bytes) {
@@ -1209,6 +1222,20 @@ Result<StorePin> TieredStore::Pin(std::span<const BlockKey> keys) {
   return StorePin(this, std::move(pinned));
 }
 
+StoreExpectation TieredStore::Expect(std::span<const BlockKey> keys) {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.mu_);
+  const uint64_t order = ++s.expect_sequence;
+  for (const BlockKey& key : keys) s.TellExpectedLocked(key, s.expected.Add(key, order));
+  return StoreExpectation(this, {keys.begin(), keys.end()}, order);
+}
+
+void TieredStore::Unexpect(std::span<const BlockKey> keys, uint64_t order) {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.mu_);
+  for (const BlockKey& key : keys) s.TellExpectedLocked(key, s.expected.Remove(key, order));
+}
+
 void TieredStore::Unpin(std::span<const BlockKey> keys) {
   Impl& s = *impl_;
   {
@@ -1292,6 +1319,27 @@ StorePin::~StorePin() { Release(); }
 
 void StorePin::Release() {
   if (store_ != nullptr && !keys_.empty()) store_->Unpin(keys_);
+  store_ = nullptr;
+  keys_.clear();
+}
+
+StoreExpectation::StoreExpectation(StoreExpectation&& other) noexcept
+    : store_(std::exchange(other.store_, nullptr)), keys_(std::move(other.keys_)), order_(other.order_) {}
+
+StoreExpectation& StoreExpectation::operator=(StoreExpectation&& other) noexcept {
+  if (this != &other) {
+    Release();
+    store_ = std::exchange(other.store_, nullptr);
+    keys_ = std::move(other.keys_);
+    order_ = other.order_;
+  }
+  return *this;
+}
+
+StoreExpectation::~StoreExpectation() { Release(); }
+
+void StoreExpectation::Release() {
+  if (store_ != nullptr && !keys_.empty()) store_->Unexpect(keys_, order_);
   store_ = nullptr;
   keys_.clear();
 }
