@@ -69,6 +69,11 @@ class Client {
   Status Prefetch(std::span<const BlockKey> keys);
   Result<protocol::PinReply> Pin(std::span<const BlockKey> keys);
   Status Unpin(uint64_t pin_id);
+  // A queued request will read `keys` (its prompt's chain): the server keeps those blocks over
+  // others until Unexpect or the connection closes (store.h TieredStore::Expect). Returns the
+  // expectation's id.
+  Result<uint64_t> Expect(std::span<const BlockKey> keys);
+  Status Unexpect(uint64_t expect_id);
   Status UpdateTags(std::span<const protocol::TagUpdate> updates);
   Status ReportImportance(std::span<const protocol::ImportanceReport> reports);
   // The server's counters as JSON.

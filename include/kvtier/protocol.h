@@ -53,6 +53,8 @@ enum class MessageType : uint16_t {
   kTags = 8,
   kImportance = 9,
   kStats = 10,
+  kExpect = 11,
+  kUnexpect = 12,
 };
 inline constexpr uint16_t kReplyBit = 0x8000;
 // "error", "hello", "lookup", ... "stats" (logs and the metrics' op label); "unknown" otherwise.
@@ -109,6 +111,15 @@ struct Pin {
 struct Unpin {
   uint64_t pin_id = 0;
 };
+// A queued request will read `keys` (a chain, root first, stored yet or not): the store keeps
+// them over blocks no queued request needs until the expectation is withdrawn (Unexpect) or
+// the connection closes (TieredStore::Expect).
+struct Expect {
+  std::vector<BlockKey> keys;
+};
+struct Unexpect {
+  uint64_t expect_id = 0;
+};
 struct TagUpdate {
   BlockKey key;
   BlockType type = BlockType::kUserContext;
@@ -158,13 +169,17 @@ struct PinReply {
   uint64_t pin_id = 0;
   uint32_t pinned_blocks = 0;
 };
-struct EmptyReply {};  // Prefetch, Unpin, Tags, Importance
+struct ExpectReply {
+  uint64_t expect_id = 0;
+};
+struct EmptyReply {};  // Prefetch, Unpin, Tags, Importance, Unexpect
 struct StatsReply {
   std::string json;
 };
 
 using Message = std::variant<ErrorReply, Hello, Lookup, Put, Get, Prefetch, Pin, Unpin, Tags, Importance, Stats,
-                             HelloReply, LookupReply, PutReply, GetReply, PinReply, EmptyReply, StatsReply>;
+                             HelloReply, LookupReply, PutReply, GetReply, PinReply, EmptyReply, StatsReply, Expect,
+                             Unexpect, ExpectReply>;
 
 // Appends one whole frame (header and payload) for `message` to `out`. `reply_to` is the
 // request being answered (0 and ignored for requests); `request_id` names a request.

@@ -53,6 +53,8 @@ struct ServerOptions {
   uint32_t max_segments_per_client = 8;   // Default: 8 shared-memory segments
   uint64_t max_shared_bytes_per_client = 16ull << 30;  // Default: 16 GiB mapped per client
   uint32_t max_pins_per_client = 65536;   // Default: 65,536 live pins
+  // Live expectations (Expect: a queued request's chain) per client. Default: 65,536
+  uint32_t max_expectations_per_client = 65536;
   int io_timeout_ms = 30000;  // Default: 30 s for a frame to arrive whole or a reply to leave
   // Where engines' head-importance reports go (the store's head_importance). Default: none,
   // Importance requests are refused.

@@ -182,6 +182,7 @@ struct StoreStats {
   uint64_t queued_moves = 0;    // now
   uint64_t pinned_blocks = 0;   // now
   uint64_t index_blocks = 0;
+  uint64_t expected_blocks = 0;  // now: blocks some queued request will read (Expect)
   // Persistence: blocks Open indexed again from the journal; journaled blocks it dropped
   // (absent from the persist tier, failing their checksum, or under a dropped parent);
   // records in the journal now; bytes of a torn or corrupt journal tail Open ignored.

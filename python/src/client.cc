@@ -182,6 +182,21 @@ void BindClient(py::module_& m) {
           [](PyClient& self, uint64_t pin_id) { ThrowIfError(Call(self, [&](Client& c) { return c.Unpin(pin_id); })); },
           py::arg("pin_id"))
       .def(
+          "expect",
+          [](PyClient& self, py::handle keys) {
+            const std::vector<BlockKey> ks = KeysFromPython(keys);
+            return ValueOrThrow(Call(self, [&](Client& c) { return c.Expect(ks); }));
+          },
+          py::arg("keys"),
+          "A queued request will read keys (its prompt's chain, root first): the server keeps them "
+          "over other blocks until unexpect(id) or the connection closes. Returns the id.")
+      .def(
+          "unexpect",
+          [](PyClient& self, uint64_t expect_id) {
+            ThrowIfError(Call(self, [&](Client& c) { return c.Unexpect(expect_id); }));
+          },
+          py::arg("expect_id"))
+      .def(
           "update_tags",
           [](PyClient& self, py::handle updates) {
             std::vector<protocol::TagUpdate> tags;

@@ -113,6 +113,18 @@ def test_pin_tags_prefetch_stats_importance(daemon):
             client.unpin(123456789)
 
 
+def test_expect_and_unexpect(daemon):
+    with kvtier.Client.connect_unix(daemon.socket_path) as client:
+        keys = keys_for(4, "queued")
+        client.put(keys[:2], [pattern(i) for i in range(2)])
+        expect_id = client.expect(keys)  # stored or not yet: a queued request's whole chain
+        assert client.stats()["expected_blocks"] == 4
+        client.unexpect(expect_id)
+        assert client.stats()["expected_blocks"] == 0
+        with pytest.raises(kvtier.NotFoundError):
+            client.unexpect(expect_id)
+
+
 def test_closed_client_and_stopped_daemon(tmp_path):
     d = kvtier.serve(config_text=serve_yaml(tmp_path / "srv"))
     client = kvtier.Client.connect_unix(d.socket_path)

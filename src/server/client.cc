@@ -234,6 +234,16 @@ Result<protocol::PinReply> Client::Pin(std::span<const BlockKey> keys) {
 
 Status Client::Unpin(uint64_t pin_id) { return impl_->CallFor<protocol::EmptyReply>(protocol::Unpin{pin_id}).status(); }
 
+Result<uint64_t> Client::Expect(std::span<const BlockKey> keys) {
+  KVTIER_ASSIGN_OR_RETURN(protocol::ExpectReply reply,
+                          impl_->CallFor<protocol::ExpectReply>(protocol::Expect{{keys.begin(), keys.end()}}));
+  return reply.expect_id;
+}
+
+Status Client::Unexpect(uint64_t expect_id) {
+  return impl_->CallFor<protocol::EmptyReply>(protocol::Unexpect{expect_id}).status();
+}
+
 Status Client::UpdateTags(std::span<const protocol::TagUpdate> updates) {
   return impl_->CallFor<protocol::EmptyReply>(protocol::Tags{{updates.begin(), updates.end()}}).status();
 }

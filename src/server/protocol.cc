@@ -166,6 +166,8 @@ std::string_view MessageTypeName(MessageType type) {
     case MessageType::kTags: return "tags";
     case MessageType::kImportance: return "importance";
     case MessageType::kStats: return "stats";
+    case MessageType::kExpect: return "expect";
+    case MessageType::kUnexpect: return "unexpect";
   }
   return "unknown";
 }
@@ -261,6 +263,18 @@ Status EncodeFrame(const Message& message, uint64_t request_id, MessageType repl
             reply = false;
             w.Put(m.pin_id);
           },
+          [&](const Expect& m) {
+            type = MessageType::kExpect;
+            reply = false;
+            checked = CheckBatch(m.keys.size(), limits, "Expect");
+            w.Put(static_cast<uint32_t>(m.keys.size()));
+            for (const BlockKey& k : m.keys) w.Key(k);
+          },
+          [&](const Unexpect& m) {
+            type = MessageType::kUnexpect;
+            reply = false;
+            w.Put(m.expect_id);
+          },
           [&](const Tags& m) {
             type = MessageType::kTags;
             reply = false;
@@ -329,6 +343,10 @@ Status EncodeFrame(const Message& message, uint64_t request_id, MessageType repl
             w.Put(m.pin_id);
             w.Put(m.pinned_blocks);
           },
+          [&](const ExpectReply& m) {
+            type = MessageType::kExpect;
+            w.Put(m.expect_id);
+          },
           [&](const EmptyReply&) { type = reply_to; },
           [&](const StatsReply& m) {
             type = MessageType::kStats;
@@ -372,7 +390,7 @@ Result<FrameHeader> DecodeHeader(std::span<const std::byte> bytes, const Limits&
   if (flags != 0 || zero != 0) return Status::InvalidArgument("protocol: unknown header flags");
   h.reply = (type & kReplyBit) != 0;
   const uint16_t base = static_cast<uint16_t>(type & ~kReplyBit);
-  if (base > static_cast<uint16_t>(MessageType::kStats)) {
+  if (base > static_cast<uint16_t>(MessageType::kUnexpect)) {
     return Status::InvalidArgument("protocol: unknown message type " + std::to_string(base));
   }
   h.type = static_cast<MessageType>(base);
@@ -446,6 +464,8 @@ Result<Message> DecodePayload(const FrameHeader& h, std::span<const std::byte> p
       case MessageType::kPrefetch: out = Prefetch{r.Keys("keys")}; break;
       case MessageType::kPin: out = Pin{r.Keys("keys")}; break;
       case MessageType::kUnpin: out = Unpin{r.Get<uint64_t>("pin id")}; break;
+      case MessageType::kExpect: out = Expect{r.Keys("keys")}; break;
+      case MessageType::kUnexpect: out = Unexpect{r.Get<uint64_t>("expect id")}; break;
       case MessageType::kTags: {
         Tags m;
         m.updates.resize(r.Count("tag updates", 18));
@@ -529,6 +549,7 @@ Result<Message> DecodePayload(const FrameHeader& h, std::span<const std::byte> p
         out = m;
         break;
       }
+      case MessageType::kExpect: out = ExpectReply{r.Get<uint64_t>("expect id")}; break;
       case MessageType::kStats: {
         const std::vector<std::byte> json = r.Bytes("stats");
         out = StatsReply{std::string(reinterpret_cast<const char*>(json.data()), json.size())};
@@ -536,6 +557,7 @@ Result<Message> DecodePayload(const FrameHeader& h, std::span<const std::byte> p
       }
       case MessageType::kPrefetch:
       case MessageType::kUnpin:
+      case MessageType::kUnexpect:
       case MessageType::kTags:
       case MessageType::kImportance: out = EmptyReply{}; break;
       case MessageType::kError: break;  // handled above

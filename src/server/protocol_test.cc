@@ -56,6 +56,8 @@ TEST(Protocol, EveryRequestRoundTrips) {
   EXPECT_EQ(std::get<Prefetch>(RoundTrip(Prefetch{{{1, 2}}})).keys.size(), 1u);
   EXPECT_EQ(std::get<Pin>(RoundTrip(Pin{{{1, 2}, {3, 4}}})).keys.size(), 2u);
   EXPECT_EQ(std::get<Unpin>(RoundTrip(Unpin{77})).pin_id, 77u);
+  EXPECT_EQ(std::get<Expect>(RoundTrip(Expect{{{1, 2}, {3, 4}, {5, 6}}})).keys.size(), 3u);
+  EXPECT_EQ(std::get<Unexpect>(RoundTrip(Unexpect{78})).expect_id, 78u);
   const Tags tags{{{.key = {1, 2}, .type = BlockType::kSystemPrompt, .transition = TransitionType::kReasoningStep}}};
   EXPECT_EQ(std::get<Tags>(RoundTrip(tags)).updates[0].type, BlockType::kSystemPrompt);
   const Importance importance{{{.layer = 3, .head = 5, .value = 0.25}}};
@@ -76,6 +78,8 @@ TEST(Protocol, EveryReplyRoundTrips) {
   const GetReply inline_get{{2, 1}, {{std::byte{7}, std::byte{8}}, {std::byte{9}}}};
   EXPECT_EQ(std::get<GetReply>(RoundTrip(inline_get)).inline_blocks, inline_get.inline_blocks);
   EXPECT_EQ(std::get<PinReply>(RoundTrip(PinReply{9, 4})).pinned_blocks, 4u);
+  EXPECT_EQ(std::get<ExpectReply>(RoundTrip(ExpectReply{12})).expect_id, 12u);
+  EXPECT_TRUE(std::holds_alternative<EmptyReply>(RoundTrip(EmptyReply{}, MessageType::kUnexpect)));
   EXPECT_TRUE(std::holds_alternative<EmptyReply>(RoundTrip(EmptyReply{}, MessageType::kTags)));
   EXPECT_EQ(std::get<StatsReply>(RoundTrip(StatsReply{"{\"a\":1}"})).json, "{\"a\":1}");
 }

@@ -297,6 +297,39 @@ TEST_F(ServerTest, PinsDieWithTheirConnection) {
   EXPECT_EQ(store_->GetStats().pinned_blocks, 0u);
 }
 
+TEST_F(ServerTest, ExpectationsAreBoundedAndDieWithTheirConnection) {
+  ServerOptions options;
+  options.max_expectations_per_client = 2;
+  StartServer(std::move(options));
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  PutChain(*client, 12, 2);
+  // A queued request's chain: two stored blocks and one that is not stored yet.
+  Result<uint64_t> first = client->Expect(std::vector<BlockKey>{Key(12, 0), Key(12, 1), Key(12, 2)});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(store_->GetStats().expected_blocks, 3u);
+  Result<uint64_t> second = client->Expect(std::vector<BlockKey>{Key(12, 0)});
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(store_->GetStats().expected_blocks, 3u) << "a block expected twice is one block";
+  EXPECT_EQ(client->Expect(std::vector<BlockKey>{Key(13, 0)}).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(client->Unexpect(*first).ok());
+  EXPECT_EQ(store_->GetStats().expected_blocks, 1u);
+  EXPECT_EQ(client->Unexpect(*first).code(), StatusCode::kNotFound);
+  // The tenant's namespace applies: another tenant's expectation is of other blocks.
+  ClientOptions other;
+  other.tenant = "other";
+  auto beta = Connect(other);
+  ASSERT_NE(beta, nullptr);
+  ASSERT_TRUE(beta->Expect(std::vector<BlockKey>{Key(12, 0)}).ok());
+  EXPECT_EQ(store_->GetStats().expected_blocks, 2u);
+  client.reset();
+  beta.reset();
+  for (int i = 0; i < 200 && store_->GetStats().expected_blocks > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(store_->GetStats().expected_blocks, 0u);
+}
+
 TEST_F(ServerTest, BadReferencesAndRequestsGetErrorsAndTheConnectionStays) {
   StartServer();
   auto client = Connect({.shared_memory_bytes = 1 << 20});

@@ -36,6 +36,7 @@ std::string StatsJson(const StoreStats& s, const std::string& predictor_json) {
       {"prefetch_issued", s.prefetch_issued}, {"prefetch_used", s.prefetch_used},
       {"prefetch_wasted", s.prefetch_wasted}, {"prefetch_window", s.prefetch_window},
       {"queued_moves", s.queued_moves}, {"pinned_blocks", s.pinned_blocks}, {"index_blocks", s.index_blocks},
+      {"expected_blocks", s.expected_blocks},
       {"predictor", nlohmann::json::parse(predictor_json)}};
   return out.dump();
 }
@@ -60,6 +61,8 @@ Reply Session::Handle(const protocol::Message& request, std::vector<ScopedFd>& f
           return {protocol::EmptyReply{}, false, m.keys.size(), 0};
         } else if constexpr (std::is_same_v<T, protocol::Pin>) return Pin(m);
         else if constexpr (std::is_same_v<T, protocol::Unpin>) return Unpin(m);
+        else if constexpr (std::is_same_v<T, protocol::Expect>) return Expect(m);
+        else if constexpr (std::is_same_v<T, protocol::Unexpect>) return Unexpect(m);
         else if constexpr (std::is_same_v<T, protocol::Tags>) return Tags(m);
         else if constexpr (std::is_same_v<T, protocol::Importance>) return Importance(m);
         else if constexpr (std::is_same_v<T, protocol::Stats>) return Stats();
@@ -214,6 +217,23 @@ Reply Session::Pin(const protocol::Pin& m) {
 
 Reply Session::Unpin(const protocol::Unpin& m) {
   if (pins_.erase(m.pin_id) == 0) return Error(Status::NotFound("no pin " + std::to_string(m.pin_id) + " on this connection"));
+  return {protocol::EmptyReply{}};
+}
+
+Reply Session::Expect(const protocol::Expect& m) {
+  if (expectations_.size() >= options_.max_expectations_per_client) {
+    return Error(Status::ResourceExhausted("this connection holds " + std::to_string(expectations_.size()) +
+                                           " expectations, the limit; withdraw some first (Unexpect)"));
+  }
+  const uint64_t id = next_expect_id_++;
+  expectations_.emplace(id, store_.Expect(tenant_->Map(m.keys)));
+  return {protocol::ExpectReply{id}, false, m.keys.size(), 0};
+}
+
+Reply Session::Unexpect(const protocol::Unexpect& m) {
+  if (expectations_.erase(m.expect_id) == 0) {
+    return Error(Status::NotFound("no expectation " + std::to_string(m.expect_id) + " on this connection"));
+  }
   return {protocol::EmptyReply{}};
 }
 

@@ -1,5 +1,5 @@
 // One client connection's state and request handling, apart from the socket: its tenant,
-// its mapped shared-memory segments and its pins. The server reads frames and hands each
+// its mapped shared-memory segments, its pins and its expected reads. The server reads frames and hands each
 // decoded request here; the reply (an ErrorReply when refused) goes back on the socket.
 //
 // Thread-safety: a Session belongs to its connection's thread.
@@ -39,6 +39,8 @@ class Session {
   Reply Get(const protocol::Get& m);
   Reply Pin(const protocol::Pin& m);
   Reply Unpin(const protocol::Unpin& m);
+  Reply Expect(const protocol::Expect& m);
+  Reply Unexpect(const protocol::Unexpect& m);
   Reply Tags(const protocol::Tags& m);
   Reply Importance(const protocol::Importance& m);
   Reply Stats();
@@ -51,6 +53,8 @@ class Session {
   std::vector<SharedSegment> segments_;
   std::unordered_map<uint64_t, StorePin> pins_;
   uint64_t next_pin_id_ = 1;
+  std::unordered_map<uint64_t, StoreExpectation> expectations_;  // withdrawn when the connection closes
+  uint64_t next_expect_id_ = 1;
 };
 
 }  // namespace kvtier::server

@@ -1296,6 +1296,7 @@ StoreStats TieredStore::GetStats() const {
   out.prefetch_window = s.prefetch_window->window();
   out.queued_moves = s.movers ? s.movers->queued() : 0;
   out.index_blocks = s.index.size();
+  out.expected_blocks = s.expected.size();
   return out;
 }
 

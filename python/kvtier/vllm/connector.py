@@ -164,6 +164,9 @@ class KvtierConnector(KVConnectorBase_V1):
         self._plans: dict[str, RequestPlan] = {}
         self._requests: dict[str, Any] = {}
         self._async_to_start: set = set()  # allocated, not yet in a step's metadata
+        # Waiting requests the server was told about (Client.expect: the predictive policy keeps
+        # their blocks), withdrawn once their loads are in a step: req_id -> [(client, expect id)]
+        self._expected: dict[str, list] = {}
         # worker side
         self._layers: list = []  # (name, uint8 [num_blocks, page_bytes] view, page_bytes, offset)
         self._layer_index: dict = {}
@@ -427,12 +430,32 @@ class KvtierConnector(KVConnectorBase_V1):
             except kvtier.KvtierError as e:
                 logger.warning("KvtierConnector: prefetch failed (the load still runs): %s", e)
         self._requests[request.request_id] = request
+        if chain and request.request_id not in self._expected:
+            self._expect(request.request_id, chain)
         self.stats["lookups"] += 1
         self.stats["hit_tokens"] += ext * bs
         self._event(event="lookup", req_id=request.request_id, num_tokens=request.num_tokens,
                     num_hashes=len(hashes), local_tokens=num_computed_tokens, stored_blocks=stored,
                     worth_loading=worth, matched_tokens=ext * bs, asynchronous=is_async)
         return ext * bs, is_async
+
+    def _expect(self, req_id: str, chain) -> None:
+        """Tells the server that a waiting request will read `chain` (vLLM's waiting queue is
+        the cache's known future); a hint, so a failure only costs the protection."""
+        told = []
+        try:
+            for c in self._shard_clients:
+                told.append((c, c.expect(chain)))
+        except kvtier.KvtierError as e:
+            logger.warning("KvtierConnector: expect failed (its blocks are not protected): %s", e)
+        self._expected[req_id] = told
+
+    def _withdraw_expectation(self, req_id: str) -> None:
+        for c, expect_id in self._expected.pop(req_id, []):
+            try:
+                c.unexpect(expect_id)
+            except kvtier.KvtierError as e:
+                logger.warning("KvtierConnector: unexpect failed: %s", e)
 
     def get_external_cache_hit_sources(self, request, num_external_tokens: int):
         from vllm.v1.metrics.cache_hit_source import CacheHitSource
@@ -457,6 +480,7 @@ class KvtierConnector(KVConnectorBase_V1):
         meta = KvtierConnectorMetadata()
 
         def plan_step(req_id: str, computed: int) -> None:
+            self._withdraw_expectation(req_id)  # scheduled: its loads are in this step
             plan, req = self._plans.get(req_id), self._requests.get(req_id)
             if plan is None or req is None:
                 return
@@ -470,6 +494,7 @@ class KvtierConnector(KVConnectorBase_V1):
 
         # Requests vLLM parked in WAITING_FOR_REMOTE_KVS: they are not scheduled this step.
         for req_id in sorted(self._async_to_start):
+            self._withdraw_expectation(req_id)
             plan, req = self._plans.get(req_id), self._requests.get(req_id)
             if plan is not None and req is not None:
                 loads = plan.take_load(req.block_hashes)
@@ -494,6 +519,7 @@ class KvtierConnector(KVConnectorBase_V1):
         return meta
 
     def request_finished(self, request, block_ids):
+        self._withdraw_expectation(request.request_id)
         self._async_to_start.discard(request.request_id)
         self._plans.pop(request.request_id, None)
         self._requests.pop(request.request_id, None)
