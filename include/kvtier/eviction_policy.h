@@ -52,6 +52,8 @@ struct ResidentBlock {
   BlockType type = BlockType::kUserContext;
   TransitionType transition = TransitionType::kSameToolRepeat;  // of the access that brought it here
   double recompute_seconds = 0;  // prefill time to rebuild it if it is lost from every tier
+  // When a queued request will read it, the order of the soonest such read (Expect).
+  std::optional<uint64_t> expected_order;
 };
 
 class EvictionPolicy {
@@ -80,7 +82,9 @@ class EvictionPolicy {
   virtual std::optional<BlockKey> Victim() = 0;
 
   // Asked before admitting into a full tier: false when the block should bypass the tier
-  // (Bayes refuses blocks predicted useless). Every other policy admits everything.
+  // (Bayes refuses blocks predicted useless; the predictive policy refuses a block no queued
+  // request will read when the block that would leave is one a queued request will read).
+  // The others admit everything.
   virtual bool ShouldAdmit(const ResidentBlock& /*block*/, double /*now_s*/) { return true; }
 
   // A queued request will read the block: `order` ranks the expected reads (smaller is read

@@ -242,9 +242,10 @@ class TieredStore {
   // A queued request will read `keys` (its prompt's chain, stored yet or not): while the
   // handle lives, policies that predict (PolicyKind::kPredictive) keep those blocks over every
   // block no queued request needs, and blocks of earlier expectations over those of later
-  // ones (an engine serves its queue in order). A hint, not a pin: an expected block still
-  // leaves a tier that has nothing else to give. Drop the handle when the request starts
-  // (pin its hit then) or leaves the queue.
+  // ones (an engine serves its queue in order); a full tier whose every evictable block is
+  // expected refuses blocks no queued request needs. Not a pin: an expected block still leaves
+  // for a block expected sooner. Drop the handle when the request starts (pin its hit then)
+  // or leaves the queue.
   StoreExpectation Expect(std::span<const BlockKey> keys);
 
   // Runs every queued move to completion (tests, shutdown, replay checkpoints).

@@ -39,6 +39,11 @@ struct PredictiveRanking {
     entry.sequence = sequence;
   }
   void Expect(Entry& entry, std::optional<uint64_t> order) const { entry.expected_order = order.value_or(kNotExpected); }
+  // A full tier whose next victim a queued request will read takes no block that none will:
+  // making room would drop a block known to be wanted for one only hoped to be.
+  bool Admits(const ResidentBlock& block, const Entry* victim) const {
+    return block.expected_order || victim == nullptr || victim->expected_order == kNotExpected;
+  }
   bool Before(const Entry& a, const Entry& b) const {
     if (a.expected_order != b.expected_order) return a.expected_order > b.expected_order;
     if (a.last_access != b.last_access) return a.last_access < b.last_access;

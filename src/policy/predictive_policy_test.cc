@@ -49,5 +49,21 @@ TEST(PredictivePolicy, ExpectationSurvivesPinsAndTouches) {
   EXPECT_EQ(policy->Victim(), Key(1)) << "an expected block is still evicted when it is all there is";
 }
 
+TEST(PredictivePolicy, AFullTierWhoseVictimIsExpectedTakesOnlyExpectedBlocks) {
+  auto policy = MakePolicy(PolicyKind::kPredictive);
+  policy->Admit(Block(1), 1);
+  EXPECT_TRUE(policy->ShouldAdmit(Block(2), 2)) << "the victim is not expected";
+  policy->Expect(Key(1), 4);
+  EXPECT_FALSE(policy->ShouldAdmit(Block(2), 2)) << "it would push out a block a queued request reads";
+  ResidentBlock expected = Block(3);
+  expected.expected_order = 9;
+  EXPECT_TRUE(policy->ShouldAdmit(expected, 2));
+  policy->Admit(expected, 2);
+  EXPECT_EQ(policy->Victim(), Key(3)) << "admitted expected: of the two, read later, it leaves first";
+  policy->SetEvictable(Key(3), false);
+  policy->SetEvictable(Key(1), false);
+  EXPECT_TRUE(policy->ShouldAdmit(Block(2), 2)) << "nothing evictable: the store decides";
+}
+
 }  // namespace
 }  // namespace kvtier

@@ -10,6 +10,7 @@
 //   bool Before(const Entry& a, const Entry& b) const;            // a leaves first
 // and, when the order depends on expected reads (EvictionPolicy::Expect):
 //   void Expect(Entry&, std::optional<uint64_t> order) const;
+//   bool Admits(const ResidentBlock&, const Entry* victim) const;  // into a full tier, given who would leave
 //
 // Thread-safety: none (eviction_policy.h: the store serializes a tier's calls).
 #pragma once
@@ -37,6 +38,9 @@ class RankedHeapPolicy final : public EvictionPolicy {
     if (table_.Find(block.key) != kNoId) return Touch(block.key, block.transition, now_s);
     const uint32_t id = table_.Insert(block.key);
     ranking_.Access(table_[id], now_s, ++sequence_);
+    if constexpr (requires(Entry& e) { ranking_.Expect(e, block.expected_order); }) {
+      ranking_.Expect(table_[id], block.expected_order);
+    }
     heap_.Push(id);
   }
 
@@ -72,6 +76,13 @@ class RankedHeapPolicy final : public EvictionPolicy {
       ranking_.Expect(table_[id], order);
       if (heap_.Contains(id)) heap_.Update(id);
     }
+  }
+
+  bool ShouldAdmit(const ResidentBlock& block, double /*now_s*/) override {
+    if constexpr (requires(const Entry* e) { ranking_.Admits(block, e); }) {
+      return ranking_.Admits(block, heap_.empty() ? nullptr : &table_[heap_.top()]);
+    }
+    return true;
   }
 
   std::optional<BlockKey> Victim() override {

@@ -89,24 +89,35 @@ TEST(StoreExpect, TheRequestQueuedFirstIsKeptFirst) {
   PutChain(*store, 1, 4);
   StoreExpectation first = store->Expect(Chain(1, 4));
   StoreExpectation second = store->Expect(Chain(0, 4));
-  PutChain(*store, 2, 4);  // room for one of the two queued chains only
+  StoreExpectation third = store->Expect(Chain(2, 4));
+  PutChain(*store, 2, 4);  // room for two of the three queued chains
   EXPECT_EQ(Cached(*store, 1, 4), 4u);
-  EXPECT_EQ(Cached(*store, 0, 4), 0u);
+  EXPECT_EQ(Cached(*store, 0, 4), 0u) << "queued after chain 1: it goes first";
+  EXPECT_EQ(Cached(*store, 2, 4), 4u) << "a put never evicts its own chain";
 }
 
-TEST(StoreExpect, ExpectingEverythingNeverBlocksAPut) {
-  auto store = OneTierStore(4, PolicyKind::kPredictive);
-  ASSERT_NE(store, nullptr);
-  PutChain(*store, 0, 4);
-  StoreExpectation all = store->Expect(Chain(0, 4));
-  StoreExpectation unknown = store->Expect(Chain(5, 3));  // not stored (yet): remembered anyway
-  PutChain(*store, 1, 2);
-  EXPECT_EQ(Cached(*store, 1, 2), 2u) << "a full tier of expected blocks still takes a put";
-  all.Release();
-  PutChain(*store, 5, 3);  // stored after it was expected: arrives expected
-  PutChain(*store, 2, 1);
-  EXPECT_EQ(Cached(*store, 5, 3), 3u);
-  EXPECT_EQ(Cached(*store, 2, 1), 1u);
+// A tier holding only blocks queued requests will read refuses a block none will read (the
+// lookahead optimum's bypass) and takes one a queued request will read, evicting the blocks
+// of the request queued last; LRU takes everything.
+TEST(StoreExpect, AFullTierOfExpectedBlocksTakesOnlyExpectedOnes) {
+  for (PolicyKind policy : {PolicyKind::kLru, PolicyKind::kPredictive}) {
+    auto store = OneTierStore(4, policy);
+    ASSERT_NE(store, nullptr);
+    PutChain(*store, 0, 4);
+    StoreExpectation all = store->Expect(Chain(0, 4));
+    StoreExpectation later = store->Expect(Chain(5, 2));  // not stored yet: remembered anyway
+    PutChain(*store, 1, 2);
+    const bool predictive = policy == PolicyKind::kPredictive;
+    EXPECT_EQ(Cached(*store, 1, 2), predictive ? 0u : 2u) << PolicyKindName(policy);
+    EXPECT_EQ(store->GetStats().tiers[0].refused, predictive ? 1u : 0u) << PolicyKindName(policy);
+    PutChain(*store, 5, 2);  // expected, after chain 0: it may take chain 0's tail only when nothing else is left
+    EXPECT_EQ(Cached(*store, 0, 4), predictive ? 2u : 0u) << PolicyKindName(policy);
+    EXPECT_EQ(Cached(*store, 5, 2), 2u) << PolicyKindName(policy);
+    all.Release();
+    later.Release();
+    PutChain(*store, 2, 2);  // nothing is expected any more: LRU order again
+    EXPECT_EQ(Cached(*store, 2, 2), 2u) << PolicyKindName(policy);
+  }
 }
 
 TEST(StoreExpect, ExpectAndReleaseFromManyThreadsBesidePutsAndGets) {

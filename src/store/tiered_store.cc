@@ -163,7 +163,8 @@ struct TieredStore::Impl {
             .tokens = b.tokens,
             .type = meta.type,
             .transition = meta.transition,
-            .recompute_seconds = b.recompute_s};
+            .recompute_seconds = b.recompute_s,
+            .expected_order = expected.Soonest(key)};
   }
 
   // Whether `key` may leave tier `t` now: unpinned, not moving, and (in the last tier, where
@@ -190,7 +191,6 @@ struct TieredStore::Impl {
     ts.used += meta.size_bytes;
     ++ts.blocks;
     ts.policy->Admit(Resident(key, meta, b), Now());
-    if (const std::optional<uint64_t> order = expected.Soonest(key)) ts.policy->Expect(key, order);
   }
 
   // Tells the policies of every tier holding `key` when a queued request reads it next.
@@ -768,7 +768,8 @@ struct TieredStore::Impl {
       TierState& ts = tiers[static_cast<std::size_t>(t)];
       {
         std::lock_guard lock(mu_);
-        if (!ts.policy->ShouldAdmit(Resident(key, meta, b), Now())) {
+        const bool full = ts.capacity > 0 && ts.used + meta.size_bytes > ts.capacity;
+        if (full && !ts.policy->ShouldAdmit(Resident(key, meta, b), Now())) {
           ++ts.stats.refused;
           continue;
         }
