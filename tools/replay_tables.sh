@@ -22,13 +22,13 @@ run toolbench toolbench "$traces/toolbench-dfs-examples"
 python3 - "$out" <<'PY'
 import json, sys, os
 out = sys.argv[1]
-print("| trace | capacity | " + " | ".join(["lru", "ema", "s3fifo", "arc", "bayes", "opt", "ceiling"]) + " |")
-print("|---|---|" + "---|" * 7)
+print("| trace | capacity | " + " | ".join(["lru", "ema", "s3fifo", "arc", "bayes", "predictive", "opt", "ceiling"]) + " |")
+print("|---|---|" + "---|" * 8)
 for name in ["mooncake", "sharegpt", "taubench", "sweagent", "toolbench"]:
     doc = json.load(open(os.path.join(out, name + ".json")))
     for run in doc["sweep"]:
         rates = {r["policy"]: r["block_hit_rate"] for r in run["results"]}
-        cells = " | ".join("%.1f%%" % (100 * rates[p]) for p in ["lru", "ema", "s3fifo", "arc", "bayes", "opt", "ceiling"])
+        cells = " | ".join("%.1f%%" % (100 * rates[p]) for p in ["lru", "ema", "s3fifo", "arc", "bayes", "predictive", "opt", "ceiling"])
         print("| %s | %g%% (%d blocks) | %s |" % (name, 100 * run["capacity_fraction"], run["capacity_blocks"], cells))
 print()
 oracles = [o["oracle"] for o in json.load(open(os.path.join(out, "mooncake.gap.json")))["sweep"][0]["oracles"]]

@@ -9,6 +9,13 @@
 //   admit-within-age  LRU that never admits a block whose next use lies farther than LRU's
 //                     eviction age (how long the least recent resident block has gone
 //                     untouched, in accesses): a block that LRU would evict before its reuse;
+//   admit-by-features what the past alone is worth to a perfect learner: LRU that bypasses a
+//                     block (in a full cache) when accesses like it, by features an online
+//                     policy has (previous reuse distance, access count, depth in the request,
+//                     blocks after it), came back within a horizon less often than a
+//                     threshold; the shares are counted over the whole trace (perfect
+//                     calibration), and the best of horizons 1-8x LRU's mean eviction age and
+//                     thresholds 0.01-0.5 is reported;
 //   lookahead-W       the optimum allowed to see the next W requests only (what an engine's
 //                     waiting queue can know): blocks whose next use lies in the window are
 //                     ranked by it, the others come first in LRU order, and an incoming block
@@ -20,7 +27,8 @@
 // Each oracle is a real (if clairvoyant) policy, so its hits never exceed OPT's.
 // `gap_closed` = (oracle - lru) / (opt - lru) in hit blocks; 0 where OPT does not beat LRU.
 //
-// Cost: the trace's preparation once (O(N log N)), then O(N log C) per oracle and capacity.
+// Cost: the trace's preparation once (O(N log N)), then O(N log C) per oracle and capacity
+// (admit-by-features: 28 runs, one per horizon and threshold).
 //
 // Thread-safety: pure functions over values.
 #pragma once
@@ -41,7 +49,7 @@ struct GapAnalysisOptions {
 };
 
 struct GapOracle {
-  std::string name;  // "admit-reused", "admit-within-age", "lookahead-8", ..., "rank-next-use"
+  std::string name;  // "admit-reused", "admit-within-age", "admit-by-features", "lookahead-8", ..., "rank-next-use"
   HitStats hits;
   double gap_closed = 0;  // share of OPT - LRU this oracle closes (negative: worse than LRU)
 };

@@ -19,12 +19,19 @@
 namespace kvtier::cli {
 namespace {
 
+// ReplayOptions' policies, as --policies spells them.
+std::string DefaultPolicies() {
+  std::string out;
+  for (PolicyKind kind : ReplayOptions{}.policies) out += (out.empty() ? "" : ",") + std::string(PolicyKindName(kind));
+  return out;
+}
+
 struct ReplayCommandOptions {
   std::string trace;
   std::string format;
   uint64_t capacity_blocks = 0;
   double capacity_fraction = 0.05;
-  std::string policies = "lru,ema,s3fifo,arc,bayes";
+  std::string policies = DefaultPolicies();
   uint32_t block_tokens = 16;
   std::string tokenizer;
   std::size_t max_requests = 0;

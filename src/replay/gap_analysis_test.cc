@@ -62,6 +62,7 @@ TEST(GapAnalysis, NoOracleBeatsTheOptimumAndLongerWindowsSeeMore) {
         EXPECT_EQ(o.hits.accesses, a.opt.accesses) << o.name;
       }
       EXPECT_LE(a.lru.hits, a.opt.hits);
+      EXPECT_GE(Oracle(a, "admit-by-features").hits.hits, a.lru.hits) << "admitting everything is among its choices";
       // Not a theorem for every trace, but with windows this far apart a wider one must help.
       EXPECT_LE(Oracle(a, "lookahead-1").hits.hits, Oracle(a, "lookahead-64").hits.hits) << a.capacity_blocks;
     }
@@ -100,6 +101,8 @@ TEST(GapAnalysis, AdmissionOracleKeepsTheReusedBlocksOutOfAFlood) {
   EXPECT_EQ(Oracle(a, "admit-reused").hits.hits, 9u);
   EXPECT_EQ(Oracle(a, "admit-within-age").hits.hits, 9u);
   EXPECT_DOUBLE_EQ(Oracle(a, "admit-reused").gap_closed, 1.0);
+  // The past tells them apart too: a first access never came back, a block seen before did.
+  EXPECT_EQ(Oracle(a, "admit-by-features").hits.hits, 9u);
 }
 
 TEST(GapAnalysis, BadInputIsAClearError) {
