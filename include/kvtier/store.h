@@ -272,9 +272,6 @@ class TieredStore {
   explicit TieredStore(std::unique_ptr<Impl> impl);
   void Unpin(std::span<const BlockKey> keys);
   void Unexpect(std::span<const BlockKey> keys, uint64_t order);
-  // Copies stored blocks into the fastest tier (a mover's job; `prefetch` marks them so
-  // that their use or waste is counted).
-  void PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch);
 
   std::unique_ptr<Impl> impl_;
 };

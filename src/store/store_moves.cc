@@ -1,0 +1,344 @@
+// The store's movers (store_state.h): Rebalance demotes or drops a full tier's victims (and,
+// head-granular, splits a block's least important heads out to the tier below); promotion
+// and prefetch copy blocks up into the fastest tier.
+#include <algorithm>
+
+#include "store/store_state.h"
+
+namespace kvtier {
+namespace {
+
+constexpr std::size_t kDemotionBatch = 16;  // victims moved per batch
+
+}  // namespace
+
+void TieredStore::Impl::Schedule(std::function<void()> move) {
+  if (options.synchronous_moves) {
+    move();
+    return;
+  }
+  {
+    std::lock_guard lock(flight_mu_);
+    ++in_flight;
+  }
+  // The movers' queue is where prefetches wait for bandwidth: its occupancy stops the
+  // window from growing when the tiers are busy.
+  prefetch_window->SetBandwidthUtilization(static_cast<double>(movers->queued()) /
+                                           static_cast<double>(options.max_queued_moves));
+  movers->Submit([this, move = std::move(move)] {
+    move();
+    std::lock_guard lock(flight_mu_);
+    if (--in_flight == 0) flight_cv_.notify_all();
+  });
+}
+
+void TieredStore::Impl::Drain() {
+  if (options.synchronous_moves) return;
+  std::unique_lock lock(flight_mu_);
+  flight_cv_.wait(lock, [&] { return in_flight == 0; });
+}
+
+void TieredStore::Impl::KickRebalances() {
+  std::vector<int> due;
+  {
+    std::lock_guard lock(mu_);
+    for (int t = 0; t <= last_tier(); ++t) {
+      TierState& ts = tiers[static_cast<std::size_t>(t)];
+      if (OverHighWatermarkLocked(t) && !ts.rebalance_queued) {
+        ts.rebalance_queued = true;
+        due.push_back(t);
+      }
+    }
+  }
+  for (int t : due) Schedule([this, t] { Rebalance(t, 0); });
+}
+
+void TieredStore::Impl::Rebalance(int t, uint64_t need, uint64_t force_bytes) {
+  for (;;) {
+    struct Victim {
+      BlockKey key;
+      BlockMeta meta;
+      enum class Action { kLeave, kDrop, kDemote, kSplit } action;
+      HeadUnitMask lower;                 // kSplit: the units that go down
+      std::optional<Block::Split> split;  // kDemote: its copy here is split, to be gathered
+    };
+    std::vector<Victim> batch;
+    {
+      std::lock_guard lock(mu_);
+      TierState& ts = tiers[static_cast<std::size_t>(t)];
+      const double target = options.low_watermark * static_cast<double>(ts.capacity);
+      uint64_t planned = 0;
+      while (batch.size() < kDemotionBatch) {
+        const uint64_t remaining = ts.used - std::min(ts.used, planned);
+        if (ts.capacity == 0 ||
+            (planned >= force_bytes && static_cast<double>(remaining) <= target && remaining + need <= ts.capacity)) {
+          break;
+        }
+        const std::optional<BlockKey> victim = ts.policy->Victim();
+        if (!victim) break;
+        const std::optional<BlockInfo> info = index.Find(*victim);
+        auto it = blocks.find(*victim);
+        if (!info || it == blocks.end()) {  // cannot happen; keep the policy consistent
+          ts.policy->Remove(*victim, Now());
+          continue;
+        }
+        it->second.moving = true;
+        RefreshEvictableLocked(*victim);
+        Victim v{*victim, info->meta, Victim::Action::kDemote, {}, SplitIn(it->second, t)};
+        const TierMask below = static_cast<TierMask>(info->meta.tiers & ~((2u << t) - 1));
+        if (SplittableLocked(info->meta, it->second, t, below)) {
+          const uint64_t bytes = static_cast<uint64_t>(options.head_demotion_fraction * info->meta.size_bytes);
+          Result<HeadSelection> plan = options.head_importance->PlanDemotion(*options.head_layout, bytes);
+          if (plan.ok() && !plan->units.None() && plan->units.Count() < options.head_layout->unit_count()) {
+            v.action = Victim::Action::kSplit;
+            v.lower = plan->units;
+            stats.head_importance_assumed = plan->assumed_importance;
+          }
+        }
+        if (v.action == Victim::Action::kSplit) {
+          // decided above
+        } else if (below != 0) {
+          v.action = Victim::Action::kLeave;  // a copy below already: write-back costs nothing
+        } else if (t == last_tier() ||
+                   (options.policy == PolicyKind::kBayes && info->children == 0 &&
+                    predictor->PReuse(info->meta.type, info->meta.transition) < options.drop_below_p_reuse)) {
+          v.action = info->children == 0 ? Victim::Action::kDrop : Victim::Action::kDemote;
+        }
+        if (v.action == Victim::Action::kDemote && t == last_tier()) {
+          it->second.moving = false;  // an interior block of the last tier: nowhere to go
+          RefreshEvictableLocked(*victim);
+          break;
+        }
+        planned += v.action == Victim::Action::kSplit ? options.head_layout->PackedBytes(v.lower)
+                                                      : BytesIn(it->second, t, info->meta.size_bytes);
+        batch.push_back(std::move(v));
+      }
+      if (batch.empty()) {
+        ts.rebalance_queued = false;
+        return;
+      }
+      force_bytes -= std::min(force_bytes, planned);
+    }
+    // Demotions: read the victims here, write them below (I/O outside the lock).
+    std::vector<std::vector<std::byte>> payloads(batch.size());
+    std::vector<Status> moved(batch.size());
+    std::vector<Tier::ReadOp> reads;
+    std::vector<std::size_t> read_index;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (batch[i].action == Victim::Action::kSplit) {
+        Result<bool> split = SplitOut(batch[i].key, batch[i].meta, batch[i].lower, t);
+        moved[i] = split.status();
+        if (split.ok() && !*split) batch[i].action = Victim::Action::kDemote;  // it went down whole
+        continue;
+      }
+      if (batch[i].action != Victim::Action::kDemote) continue;
+      if (batch[i].split) {  // gather the parts, then move the whole block down
+        payloads[i].resize(batch[i].meta.size_bytes);
+        moved[i] = ReadGathered(batch[i].key, t, batch[i].split, payloads[i]);
+        if (moved[i].ok()) moved[i] = WriteTo(t + 1, batch[i].key, payloads[i], batch[i].meta.size_bytes);
+        continue;
+      }
+      if (options.metadata_only) {
+        moved[i] = WriteTo(t + 1, batch[i].key, {}, batch[i].meta.size_bytes);
+        if (moved[i].code() == StatusCode::kResourceExhausted) {
+          Rebalance(t + 1, batch[i].meta.size_bytes);
+          moved[i] = WriteTo(t + 1, batch[i].key, {}, batch[i].meta.size_bytes);
+        }
+        continue;
+      }
+      payloads[i].resize(batch[i].meta.size_bytes);
+      reads.push_back({batch[i].key, payloads[i]});
+      read_index.push_back(i);
+    }
+    if (!reads.empty()) {
+      const std::vector<Result<std::size_t>> got = tiers[static_cast<std::size_t>(t)].tier->ReadBatch(reads);
+      for (std::size_t k = 0; k < got.size(); ++k) {
+        moved[read_index[k]] = !got[k].ok()                     ? got[k].status()
+                               : *got[k] == reads[k].out.size() ? Status::Ok()
+                                                                : Status::NotFound("block changed while read");
+      }
+      std::vector<Tier::WriteOp> writes;
+      std::vector<std::size_t> write_index;
+      for (std::size_t i : read_index) {
+        if (!moved[i].ok()) continue;
+        writes.push_back({batch[i].key, payloads[i]});
+        write_index.push_back(i);
+      }
+      if (!writes.empty()) {
+        std::vector<Status> written;
+        Status journaled = Status::Ok();
+        if (t + 1 == persist_tier) {
+          std::vector<BlockKey> keys;
+          for (const Tier::WriteOp& w : writes) keys.push_back(w.key);
+          journaled = JournalPuts(keys);
+        }
+        if (journaled.ok()) {
+          written = tiers[static_cast<std::size_t>(t + 1)].tier->WriteBatch(writes);
+        } else {
+          written.assign(writes.size(), journaled);
+        }
+        for (std::size_t k = 0; k < written.size(); ++k) {
+          if (written[k].code() == StatusCode::kResourceExhausted) {
+            Rebalance(t + 1, writes[k].payload.size());  // make room below, then once more
+            written[k] =
+                WriteTo(t + 1, writes[k].key, writes[k].payload, static_cast<uint32_t>(writes[k].payload.size()));
+          }
+          moved[write_index[k]] = written[k];
+        }
+      }
+    }
+    std::vector<BlockKey> leaving;
+    std::vector<std::pair<int, BlockKey>> parts_leaving;
+    bool progressed = false;
+    {
+      std::lock_guard lock(mu_);
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        const Victim& v = batch[i];
+        auto it = blocks.find(v.key);
+        if (it == blocks.end()) continue;
+        it->second.moving = false;
+        const std::optional<BlockInfo> info = index.Find(v.key);
+        if (!info || !(info->meta.tiers & (1u << t))) continue;
+        TierState& ts = tiers[static_cast<std::size_t>(t)];
+        if (v.action == Victim::Action::kSplit) {
+          // Failed: the block is whole in this tier still (SplitOut restored it).
+          if (moved[i].ok()) {
+            const uint32_t lower_bytes = static_cast<uint32_t>(options.head_layout->PackedBytes(v.lower));
+            it->second.split = Block::Split{.upper_tier = t,
+                                            .lower_tier = t + 1,
+                                            .lower = v.lower,
+                                            .upper_bytes = v.meta.size_bytes - lower_bytes,
+                                            .lower_bytes = lower_bytes};
+            ts.used -= std::min<uint64_t>(ts.used, lower_bytes);
+            tiers[static_cast<std::size_t>(t + 1)].used += lower_bytes;
+            ++stats.head_splits;
+            ++ts.stats.demotions;
+            progressed = true;
+          }
+          RefreshEvictableLocked(v.key);
+          continue;
+        }
+        const uint32_t here = BytesIn(it->second, t, v.meta.size_bytes);
+        if (v.action == Victim::Action::kDemote) {
+          if (!moved[i].ok()) {
+            // Could not move it (the lower tier failed): drop it if it is a leaf, else keep
+            // it here; either way the next victim is tried.
+            if (info->children == 0 && it->second.pins == 0) {
+              ++ts.stats.drops;
+              if (it->second.split) parts_leaving.push_back(ForgetSplitLocked(v.key, it->second));
+              RemoveFromTierLocked(v.key, t, here);
+              leaving.push_back(v.key);
+              ForgetLocked(v.key);
+            } else {
+              RefreshEvictableLocked(v.key);
+            }
+            continue;
+          }
+          AddToTierLocked(v.key, t + 1, v.meta, it->second);
+          ++ts.stats.demotions;
+        } else if (v.action == Victim::Action::kDrop) {
+          if (it->second.pins > 0 || info->children > 0) {  // pinned or extended meanwhile
+            RefreshEvictableLocked(v.key);
+            continue;
+          }
+          ++ts.stats.drops;
+        }
+        // The copy here leaves (moved down whole, dropped, or held below already): so does
+        // the lower half of its split, if it had one.
+        if (it->second.split && it->second.split->upper_tier == t) {
+          parts_leaving.push_back(ForgetSplitLocked(v.key, it->second));
+        }
+        RemoveFromTierLocked(v.key, t, here);
+        leaving.push_back(v.key);
+        if (v.action == Victim::Action::kDrop) ForgetLocked(v.key);
+        RefreshEvictableLocked(v.key);
+      }
+    }
+    for (const BlockKey& key : leaving) EvictFrom(t, key);
+    for (const auto& [tier, part] : parts_leaving) EvictFrom(tier, part);
+    KickRebalances();                      // the tier below may be over its watermark now
+    if (leaving.empty() && !progressed) {  // nothing could leave (pinned, interior, lower tiers failing)
+      std::lock_guard lock(mu_);
+      tiers[static_cast<std::size_t>(t)].rebalance_queued = false;
+      return;
+    }
+  }
+}
+
+bool TieredStore::Impl::SplittableLocked(const BlockMeta& meta, const Block& b, int t, TierMask below) const {
+  return options.head_layout && t < last_tier() && !b.split && below == 0 &&
+         meta.size_bytes == options.head_layout->block_bytes();
+}
+
+Result<bool> TieredStore::Impl::SplitOut(const BlockKey& key, const BlockMeta& meta, const HeadUnitMask& lower, int t) {
+  const KvBlockLayout& layout = *options.head_layout;
+  const uint32_t lower_bytes = static_cast<uint32_t>(layout.PackedBytes(lower));
+  if (options.metadata_only) {
+    KVTIER_RETURN_IF_ERROR(WriteTo(t + 1, PartKey(key), {}, lower_bytes));
+    return true;
+  }
+  std::vector<std::byte> block(meta.size_bytes);
+  KVTIER_RETURN_IF_ERROR(ReadFrom(t, key, block));
+  std::vector<std::byte> part(lower_bytes);
+  KVTIER_RETURN_IF_ERROR(PackUnitsInto(layout, block, lower, part));
+  Status s = WriteTo(t + 1, PartKey(key), part, lower_bytes);
+  if (s.code() == StatusCode::kResourceExhausted) {
+    Rebalance(t + 1, lower_bytes);
+    s = WriteTo(t + 1, PartKey(key), part, lower_bytes);
+  }
+  KVTIER_RETURN_IF_ERROR(s);
+  const HeadUnitMask upper = lower.Complement();
+  std::vector<std::byte> kept(layout.PackedBytes(upper));
+  KVTIER_RETURN_IF_ERROR(PackUnitsInto(layout, block, upper, kept));
+  Tier& here = *tiers[static_cast<std::size_t>(t)].tier;
+  (void)here.Evict(key);
+  if (here.Write(key, kept).ok()) return true;
+  // No room for the part here: the block goes down whole, or failing that back up whole.
+  EvictFrom(t + 1, PartKey(key));
+  if (WriteTo(t + 1, key, block, meta.size_bytes).ok()) return false;
+  KVTIER_RETURN_IF_ERROR(
+      here.Write(key, block).WithContext("store: a failed head split could not restore block " + key.ToHex()));
+  return Status::Unavailable("store: no room below for block " + key.ToHex());
+}
+
+void TieredStore::Impl::PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch) {
+  Schedule([this, keys = std::move(keys), prefetch] {
+    for (const BlockKey& key : keys) {
+      int from = -1;
+      BlockMeta meta;
+      Block b;
+      {
+        std::lock_guard lock(mu_);
+        const std::optional<BlockInfo> info = index.Find(key);
+        auto it = blocks.find(key);
+        if (!info || it == blocks.end() || it->second.moving) continue;
+        from = FastestTier(info->meta.tiers);
+        if (from <= 0) continue;  // absent, or in the fastest tier already
+        meta = info->meta;
+        b = it->second;
+        it->second.moving = true;
+        RefreshEvictableLocked(key);
+        if (prefetch) ++stats.prefetch_issued;
+      }
+      std::vector<std::byte> payload(options.metadata_only ? 0 : meta.size_bytes);
+      const Status n = ReadGathered(key, from, SplitIn(b, from), payload);
+      Result<int> placed = n.ok() ? Place(key, meta, b, payload, from) : Result<int>(n);
+      std::lock_guard lock(mu_);
+      auto it = blocks.find(key);
+      if (it == blocks.end()) continue;
+      it->second.moving = false;
+      if (placed.ok() && *placed >= 0) {
+        AddToTierLocked(key, *placed, meta, it->second);
+        ++tiers[static_cast<std::size_t>(*placed)].stats.promotions;
+        if (prefetch && *placed == 0) {
+          it->second.prefetched = true;
+          prefetch_window->OnPrefetched(1, meta.size_bytes);
+        }
+      }
+      RefreshEvictableLocked(key);
+    }
+    KickRebalances();
+  });
+}
+
+}  // namespace kvtier

@@ -1,0 +1,212 @@
+// Persistence (store_state.h): the journal of the blocks in the persist tier, write-through,
+// Flush, and recovery at Open (docs/store.md, "Persistence"). The journal has its own lock
+// and is never called under `mu_`.
+#include <filesystem>
+
+#include "store/store_state.h"
+
+namespace kvtier {
+namespace {
+
+// Recovery verifies journaled blocks this many (or this many bytes) per ReadBatch.
+constexpr std::size_t kRecoveryBatch = 64;
+constexpr std::size_t kRecoveryBatchBytes = 64u << 20;
+
+}  // namespace
+
+Status TieredStore::Impl::JournalPuts(std::span<const BlockKey> keys) {
+  std::vector<JournalRecord> records;
+  {
+    std::lock_guard lock(mu_);
+    for (const BlockKey& key : keys) {
+      const std::optional<BlockInfo> info = index.Find(key);
+      auto it = blocks.find(key);
+      if (!info || it == blocks.end()) return Status::NotFound("store: block " + key.ToHex() + " left the store");
+      records.push_back({.kind = JournalRecord::Kind::kPut,
+                         .key = key,
+                         .parent = info->parent,
+                         .tokens = it->second.tokens,
+                         .bytes = info->meta.size_bytes,
+                         .type = info->meta.type,
+                         .transition = info->meta.transition,
+                         .recompute_seconds = it->second.recompute_s});
+    }
+  }
+  return journal->Append(records, /*durable=*/true);
+}
+
+Status TieredStore::Impl::Persist(const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes) {
+  return WriteMakingRoom(persist_tier, key, payload, bytes);
+}
+
+Status TieredStore::Impl::CopyToPersistTier(const BlockKey& key, std::vector<std::byte>& buffer) {
+  int from = -1;
+  BlockMeta meta;
+  {
+    std::lock_guard lock(mu_);
+    const std::optional<BlockInfo> info = index.Find(key);
+    auto it = blocks.find(key);
+    if (!info || it == blocks.end() || info->meta.tiers == 0 || (info->meta.tiers & (1u << persist_tier))) {
+      return Status::Ok();  // dropped meanwhile, or persisted already
+    }
+    if (it->second.moving) return Status::Unavailable("store: block " + key.ToHex() + " was moving; Flush again");
+    from = FastestTier(info->meta.tiers);
+    meta = info->meta;
+    it->second.moving = true;  // stays where it is until it is copied
+    RefreshEvictableLocked(key);
+  }
+  buffer.resize(meta.size_bytes);
+  Status s = ReadFrom(from, key, buffer);
+  if (s.ok()) s = Persist(key, buffer, meta.size_bytes);
+  std::lock_guard lock(mu_);
+  auto it = blocks.find(key);
+  if (it == blocks.end()) return s;
+  it->second.moving = false;
+  if (s.ok()) AddToTierLocked(key, persist_tier, meta, it->second);
+  RefreshEvictableLocked(key);
+  return s.WithContext("store: flushing block " + key.ToHex());
+}
+
+Status TieredStore::Impl::Recover() {
+  const PersistenceOptions& po = *options.persistence;
+  Tier& tier = *tiers[static_cast<std::size_t>(persist_tier)].tier;
+  std::vector<JournalRecord> live;  // the last record of each key, when it is a put
+  uint64_t ignored_bytes = 0;
+  if (Result<BlockJournal::Contents> read = BlockJournal::Read(po.journal_path); read.ok()) {
+    ignored_bytes = read->ignored_bytes;
+    std::unordered_map<BlockKey, std::size_t, BlockKeyHash> last;
+    for (std::size_t i = 0; i < read->records.size(); ++i) last[read->records[i].key] = i;
+    for (std::size_t i = 0; i < read->records.size(); ++i) {
+      const JournalRecord& r = read->records[i];
+      if (last[r.key] == i && r.kind == JournalRecord::Kind::kPut) live.push_back(r);
+    }
+  } else if (read.status().code() != StatusCode::kNotFound) {
+    return read.status().WithContext("store: persistence");
+  }
+  // Parents first: walk up from each block to the first one already ordered. A parent
+  // the journal does not list (or a cycle, which only a forged journal holds) fails below.
+  std::unordered_map<BlockKey, std::size_t, BlockKeyHash> by_key;
+  for (std::size_t i = 0; i < live.size(); ++i) by_key[live[i].key] = i;
+  std::vector<std::size_t> order;
+  std::vector<bool> visited(live.size());
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    std::vector<std::size_t> up;
+    for (std::size_t j = i; !visited[j];) {
+      visited[j] = true;
+      up.push_back(j);
+      auto parent = live[j].parent ? by_key.find(*live[j].parent) : by_key.end();
+      if (parent == by_key.end()) break;
+      j = parent->second;
+    }
+    order.insert(order.end(), up.rbegin(), up.rend());
+  }
+  // Present at the journaled size and, with verify_checksums, read back intact.
+  std::vector<bool> intact(live.size());
+  for (std::size_t i : order) intact[i] = tier.Size(live[i].key) == live[i].bytes;
+  if (po.verify_checksums) {
+    std::vector<std::byte> buffer;
+    std::vector<Tier::ReadOp> ops;
+    std::vector<std::size_t> batch;
+    auto verify = [&] {
+      std::size_t at = 0;
+      for (std::size_t k = 0; k < batch.size(); ++k) {
+        ops.push_back({live[batch[k]].key, std::span(buffer).subspan(at, live[batch[k]].bytes)});
+        at += live[batch[k]].bytes;
+      }
+      const std::vector<Result<std::size_t>> got = tier.ReadBatch(ops);
+      for (std::size_t k = 0; k < batch.size(); ++k) intact[batch[k]] = got[k].ok() && *got[k] == ops[k].out.size();
+      ops.clear();
+      batch.clear();
+    };
+    std::size_t batch_bytes = 0;
+    for (std::size_t i : order) {
+      if (!intact[i]) continue;
+      if (!batch.empty() && (batch.size() == kRecoveryBatch || batch_bytes + live[i].bytes > kRecoveryBatchBytes)) {
+        verify();
+        batch_bytes = 0;
+      }
+      batch.push_back(i);
+      batch_bytes += live[i].bytes;
+      if (buffer.size() < batch_bytes) buffer.resize(batch_bytes);
+    }
+    if (!batch.empty()) verify();
+  }
+  std::vector<JournalRecord> recovered;
+  {
+    std::lock_guard lock(mu_);
+    for (std::size_t i : order) {
+      const JournalRecord& r = live[i];
+      if (!intact[i] || (r.parent && !blocks.contains(*r.parent))) {
+        intact[i] = false;
+        continue;
+      }
+      const BlockMeta meta{.size_bytes = r.bytes, .type = r.type, .transition = r.transition};
+      uint64_t tokens_before = 0;
+      if (r.parent) tokens_before = blocks[*r.parent].tokens_before + blocks[*r.parent].tokens;
+      if (!index.Insert({&r.key, 1}, {&meta, 1}, static_cast<uint64_t>(Now() * 1e6), r.parent).ok()) {
+        intact[i] = false;  // listed twice under different parents: only a forged journal does that
+        continue;
+      }
+      const Block b{.tokens = r.tokens,
+                    .tokens_before = tokens_before,
+                    .recompute_s = RecomputeSeconds(r.recompute_seconds, r.tokens, tokens_before)};
+      blocks[r.key] = b;
+      AddToTierLocked(r.key, persist_tier, meta, b);
+      if (r.parent) RefreshEvictableLocked(*r.parent);
+      RefreshEvictableLocked(r.key);
+      recovered.push_back(r);
+    }
+    stats.journal_ignored_bytes = ignored_bytes;
+    stats.recovered_blocks = recovered.size();
+    stats.recovery_dropped_blocks = live.size() - recovered.size();
+  }
+  // What was not recovered leaves the tier too (a block whose parent was dropped is of no use).
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    if (!intact[i]) (void)tier.Evict(live[i].key);
+  }
+  Result<std::unique_ptr<BlockJournal>> compacted = BlockJournal::Create(po.journal_path, recovered, po.sync);
+  if (compacted.ok()) {
+    journal = std::move(*compacted);
+    return Status::Ok();
+  }
+  // No room for the compacted copy (a full disk): a store that serves what it recovered
+  // beats one that does not start, so go on with the journal as it is. Its records of the
+  // blocks just dropped are harmless: the next recovery finds them gone from the tier.
+  std::error_code ignored;
+  std::filesystem::remove(po.journal_path + ".tmp", ignored);
+  if (!std::filesystem::exists(po.journal_path)) return compacted.status();
+  Result<std::unique_ptr<BlockJournal>> existing = BlockJournal::OpenExisting(po.journal_path, po.sync);
+  if (!existing.ok()) return compacted.status();
+  journal = std::move(*existing);
+  return Status::Ok();
+}
+
+Status TieredStore::Impl::Flush() {
+  if (!journal) return Status::FailedPrecondition("store: Flush needs StoreOptions::persistence");
+  Status first = Status::Ok();
+  if (!write_through()) {
+    Drain();  // blocks a mover holds are skipped below
+    const TierMask persisted = static_cast<TierMask>(1u << persist_tier);
+    std::vector<BlockKey> keys;
+    {
+      std::lock_guard lock(mu_);
+      index.ForEachBlock([&](const BlockInfo& info) {
+        if (info.meta.tiers != 0 && !(info.meta.tiers & persisted)) keys.push_back(info.key);
+      });
+    }
+    std::vector<std::byte> buffer;
+    uint64_t failed = 0;
+    for (const BlockKey& key : keys) {
+      Status copied = CopyToPersistTier(key, buffer);
+      if (copied.ok()) continue;
+      if (first.ok()) first = copied;
+      ++failed;
+    }
+    KickRebalances();
+    if (!first.ok()) first = first.WithContext("store: Flush left " + std::to_string(failed) + " blocks unpersisted");
+  }
+  const Status synced = journal->Sync();
+  return first.ok() ? synced : first;
+}
+
+}  // namespace kvtier

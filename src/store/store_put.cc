@@ -1,0 +1,179 @@
+// The store's put path (store_state.h): a chain's new blocks go into the fastest tier that
+// admits them (with write-through, into the persist tier first); blocks already stored are
+// touched.
+#include "store/store_state.h"
+
+namespace kvtier {
+
+Result<int> TieredStore::Impl::Place(const BlockKey& key, const BlockMeta& meta, const Block& b,
+                                     std::span<const std::byte> payload, int end) {
+  Status last_error = Status::Ok();
+  for (int t = 0; t < end; ++t) {
+    TierState& ts = tiers[static_cast<std::size_t>(t)];
+    {
+      std::lock_guard lock(mu_);
+      const bool full = ts.capacity > 0 && ts.used + meta.size_bytes > ts.capacity;
+      if (full && !ts.policy->ShouldAdmit(Resident(key, meta, b), Now())) {
+        ++ts.stats.refused;
+        continue;
+      }
+    }
+    const Status s = WriteMakingRoom(t, key, payload, meta.size_bytes);
+    if (s.ok()) return t;
+    last_error = s;
+  }
+  if (!last_error.ok()) return last_error;
+  return -1;
+}
+
+Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const std::optional<BlockKey>& parent) {
+  if (chain.empty()) return Status::InvalidArgument("store: Put of an empty chain");
+  for (std::size_t i = 0; i < chain.size(); ++i) {
+    const uint64_t bytes = chain[i].bytes != 0 ? chain[i].bytes : chain[i].payload.size();
+    if (bytes == 0) return Status::InvalidArgument("store: block " + std::to_string(i) + " has no payload and no size");
+    if (!chain[i].payload.empty() && chain[i].payload.size() != bytes) {
+      return Status::InvalidArgument("store: block " + std::to_string(i) + " states " + std::to_string(bytes) +
+                                     " bytes but carries " + std::to_string(chain[i].payload.size()));
+    }
+  }
+  for (std::size_t i = 0; i < chain.size(); ++i) {
+    if (options.metadata_only != chain[i].payload.empty()) {
+      return Status::InvalidArgument(
+          std::string("store: block ") + std::to_string(i) +
+          (options.metadata_only ? " carries a payload into a metadata-only store" : " has no payload"));
+    }
+  }
+  PutResult result;
+  // The chain's blocks stay pinned until the whole chain is in: room for block i + 1 must not
+  // come from evicting block i. Unpinned on every way out.
+  struct ChainPins {
+    Impl& s;
+    std::vector<BlockKey> keys;
+    ~ChainPins() {
+      {
+        std::lock_guard lock(s.mu_);
+        for (const BlockKey& key : keys) {
+          auto it = s.blocks.find(key);
+          if (it != s.blocks.end() && it->second.pins > 0) --it->second.pins;
+          s.RefreshEvictableLocked(key);
+        }
+      }
+      s.KickRebalances();
+    }
+  } putting{*this, {}};
+  std::optional<BlockKey> previous = parent;
+  uint64_t tokens_before = 0;
+  if (parent) {
+    std::lock_guard lock(mu_);
+    auto it = blocks.find(*parent);
+    if (it != blocks.end()) tokens_before = it->second.tokens_before + it->second.tokens;
+  }
+  for (std::size_t i = 0; i < chain.size(); ++i) {
+    const BlockPut& p = chain[i];
+    const uint32_t bytes = p.bytes != 0 ? p.bytes : static_cast<uint32_t>(p.payload.size());
+    BlockMeta meta{.size_bytes = bytes, .type = p.type, .transition = p.transition};
+    const Block b{.tokens = p.tokens,
+                  .tokens_before = tokens_before,
+                  .recompute_s = RecomputeSeconds(p.recompute_seconds, p.tokens, tokens_before)};
+    tokens_before += p.tokens;
+    bool repersist = false;  // stored, but the persist tier let it go: write-through writes it again
+    {
+      std::lock_guard lock(mu_);
+      ++stats.put_blocks;
+      const std::optional<BlockInfo> info = index.Find(p.key);
+      if (info && info->meta.tiers != 0) {
+        if (info->parent != previous) {
+          return Status::AlreadyExists("store: block " + p.key.ToHex() +
+                                       " is stored under another parent (a hash collision)");
+        }
+        index.Touch({&p.key, 1}, static_cast<uint64_t>(Now() * 1e6));
+        const int t = FastestTier(info->meta.tiers);
+        tiers[static_cast<std::size_t>(t)].policy->Touch(p.key, p.transition, Now());
+        if (auto it = blocks.find(p.key); it != blocks.end()) {
+          ++it->second.pins;
+          putting.keys.push_back(p.key);
+          // A block a mover holds is left to it.
+          repersist = write_through() && !(info->meta.tiers & (1u << persist_tier)) && !it->second.moving &&
+                      info->meta.size_bytes == bytes;
+          it->second.moving = repersist;
+          RefreshEvictableLocked(p.key);
+        }
+        meta = info->meta;
+        if (!repersist) {
+          ++result.present_blocks;
+          previous = p.key;
+          continue;
+        }
+      }
+      if (!info) {
+        Result<std::size_t> inserted =
+            index.Insert({&p.key, 1}, {&meta, 1}, static_cast<uint64_t>(Now() * 1e6), previous);
+        if (!inserted.ok()) return inserted.status().WithContext("store: block " + std::to_string(i));
+        blocks[p.key] = b;
+        if (previous) RefreshEvictableLocked(*previous);  // it has a child now
+      }
+    }
+    if (repersist) {
+      const Status persisted = Persist(p.key, p.payload, bytes);
+      std::lock_guard lock(mu_);
+      if (auto it = blocks.find(p.key); it != blocks.end()) {
+        it->second.moving = false;
+        if (persisted.ok()) AddToTierLocked(p.key, persist_tier, meta, it->second);
+        RefreshEvictableLocked(p.key);
+      }
+      if (!persisted.ok()) {
+        if (persisted.code() != StatusCode::kResourceExhausted) {
+          return persisted.WithContext("store: persisting block " + std::to_string(i));
+        }
+        ++tiers[static_cast<std::size_t>(persist_tier)].stats.refused;
+        result.refused_blocks += chain.size() - i;
+        break;
+      }
+      ++result.present_blocks;
+      previous = p.key;
+      continue;
+    }
+    // Write-through: the persist tier's copy (with its journal record) first, then a copy in
+    // a faster tier that admits it; the block is stored once the persist tier holds it.
+    Result<int> placed = -1;
+    Status persisted = Status::Ok();
+    if (write_through()) {
+      persisted = Persist(p.key, p.payload, bytes);
+      if (persisted.ok()) placed = Place(p.key, meta, b, p.payload, persist_tier);
+    } else {
+      placed = Place(p.key, meta, b, p.payload, last_tier() + 1);
+    }
+    std::lock_guard lock(mu_);
+    const bool stored = write_through() ? persisted.ok() : placed.ok() && *placed >= 0;
+    if (!stored) {
+      ForgetLocked(p.key);
+      if (!persisted.ok() && persisted.code() != StatusCode::kResourceExhausted) {
+        return persisted.WithContext("store: persisting block " + std::to_string(i));
+      }
+      if (!persisted.ok()) ++tiers[static_cast<std::size_t>(persist_tier)].stats.refused;
+      result.refused_blocks += chain.size() - i;
+      // A tier that is full even after making room, or down (a remote pool), refuses: for a
+      // cache, a block it cannot hold now is a miss later, not a failure of the request.
+      if (!placed.ok() && placed.status().code() != StatusCode::kUnavailable &&
+          placed.status().code() != StatusCode::kResourceExhausted && result.new_blocks + result.present_blocks == 0) {
+        return placed.status();
+      }
+      break;
+    }
+    auto it = blocks.find(p.key);
+    ++it->second.pins;
+    putting.keys.push_back(p.key);
+    if (write_through()) AddToTierLocked(p.key, persist_tier, meta, it->second);
+    if (placed.ok() && *placed >= 0) AddToTierLocked(p.key, *placed, meta, it->second);
+    RefreshEvictableLocked(p.key);
+    ++result.new_blocks;
+    previous = p.key;
+  }
+  {
+    std::lock_guard lock(mu_);
+    ++stats.puts;
+  }
+  return result;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,162 @@
+// The store's read path (store_state.h): Lookup, Get, and reads that gather a block split
+// across two tiers.
+#include <algorithm>
+
+#include "store/store_state.h"
+
+namespace kvtier {
+namespace {
+
+constexpr int kReadAttempts = 4;  // a read racing a move retries at the new place
+
+}  // namespace
+
+LookupResult TieredStore::Impl::Lookup(std::span<const BlockKey> keys) {
+  LookupResult result;
+  std::lock_guard lock(mu_);
+  ++stats.lookups;
+  stats.lookup_blocks += keys.size();
+  std::optional<BlockKey> previous;
+  for (const BlockKey& key : keys) {
+    const std::optional<BlockInfo> info = index.Find(key);
+    if (!info || info->meta.tiers == 0 || info->parent != previous) break;
+    const int t = FastestTier(info->meta.tiers);
+    result.tier.push_back(t);
+    result.bytes.push_back(info->meta.size_bytes);
+    if (options.cost_model) {
+      auto it = blocks.find(key);
+      const uint64_t tokens = it == blocks.end() ? 0 : it->second.tokens;
+      const uint64_t before = it == blocks.end() ? 0 : it->second.tokens_before;
+      result.decisions.push_back(DecideLoad(*options.cost_model, tiers[static_cast<std::size_t>(t)].cost,
+                                            info->meta.size_bytes, tokens, before));
+    }
+    previous = key;
+  }
+  result.prefix_blocks = result.tier.size();
+  result.load_blocks = result.prefix_blocks;
+  for (std::size_t i = 0; i < result.decisions.size(); ++i) {
+    if (!result.decisions[i].load) {
+      result.load_blocks = i;
+      ++stats.recompute_preferred;
+      break;
+    }
+  }
+  stats.lookup_hit_blocks += result.prefix_blocks;
+  return result;
+}
+
+Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
+                                           TransitionType transition, std::span<std::size_t> sizes) {
+  if (!options.metadata_only && outs.size() < keys.size()) {
+    return Status::InvalidArgument("store: Get needs one buffer per key");
+  }
+  if (!sizes.empty() && sizes.size() < keys.size()) {
+    return Status::InvalidArgument("store: Get needs one size slot per key");
+  }
+  std::size_t read = 0;
+  std::vector<BlockKey> from_below;                                     // promoted once the request has its bytes
+  std::vector<std::pair<int, BlockKey>> corrupt_parts, corrupt_copies;  // evicted after the reads
+  std::vector<BlockKey> prefetch;
+  std::size_t prefetched_until = 0;
+  std::optional<BlockKey> previous;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const BlockKey& key = keys[i];
+    bool done = false;
+    for (int attempt = 0; attempt < kReadAttempts && !done; ++attempt) {
+      int t = -1;
+      std::size_t size = 0;
+      std::optional<Block::Split> split;
+      {
+        std::lock_guard lock(mu_);
+        const std::optional<BlockInfo> info = index.Find(key);
+        if (!info || info->meta.tiers == 0 || info->parent != previous) break;
+        if (!options.metadata_only && outs[i].size() < info->meta.size_bytes) {
+          return Status::InvalidArgument("store: the buffer for block " + std::to_string(i) + " holds " +
+                                         std::to_string(outs[i].size()) + " bytes, the block " +
+                                         std::to_string(info->meta.size_bytes));
+        }
+        t = FastestTier(info->meta.tiers);
+        size = info->meta.size_bytes;
+        if (auto it = blocks.find(key); it != blocks.end()) split = SplitIn(it->second, t);
+      }
+      TierState& ts = tiers[static_cast<std::size_t>(t)];
+      const Status n =
+          ReadGathered(key, t, split, options.metadata_only ? std::span<std::byte>() : outs[i].first(size));
+      std::lock_guard lock(mu_);
+      if (n.ok()) {
+        if (split) ++stats.head_split_reads;
+        if (!sizes.empty()) sizes[i] = size;
+        ++ts.stats.hits;
+        ts.policy->Touch(key, transition, Now());
+        index.Touch({&key, 1}, static_cast<uint64_t>(Now() * 1e6));
+        auto it = blocks.find(key);
+        if (t == 0 && it != blocks.end() && it->second.prefetched) {
+          it->second.prefetched = false;
+          ++stats.prefetch_used;
+          prefetch_window->OnUsed(1);
+        }
+        if (t > 0) {
+          from_below.push_back(key);
+          // RoPE-aware prefetch: attention will want the blocks right after this one next;
+          // start loading the window after it while this request goes on reading.
+          if (options.prefetch && i + 1 > prefetched_until) {
+            const std::size_t end = std::min(keys.size(), i + 1 + static_cast<std::size_t>(prefetch_window->window()));
+            prefetch.assign(keys.begin() + static_cast<std::ptrdiff_t>(i + 1),
+                            keys.begin() + static_cast<std::ptrdiff_t>(end));
+            prefetched_until = end;
+          }
+        }
+        done = true;
+      } else if (n.code() == StatusCode::kCorruption) {
+        // The tier dropped the block: forget that copy and try the next one.
+        ++stats.corrupt_blocks;
+        const std::optional<BlockInfo> info = index.Find(key);
+        auto it = blocks.find(key);
+        if (info && it != blocks.end() && (info->meta.tiers & (1u << t))) {
+          const uint32_t here = BytesIn(it->second, t, info->meta.size_bytes);
+          if (it->second.split && it->second.split->upper_tier == t) {
+            corrupt_parts.push_back(ForgetSplitLocked(key, it->second));
+          }
+          RemoveFromTierLocked(key, t, here);
+          corrupt_copies.push_back({t, key});
+        }
+      } else if (n.code() == StatusCode::kUnavailable) {
+        break;  // its tier is down (a remote pool): a miss from here on, not an error
+      } else if (n.code() != StatusCode::kNotFound) {
+        return n.WithContext("store: reading block " + std::to_string(i));
+      }
+      // NotFound: a move took it from that tier meanwhile; look again.
+    }
+    if (!done) break;
+    ++read;
+    previous = key;
+    if (!prefetch.empty()) PromoteOrPrefetch(std::exchange(prefetch, {}), /*prefetch=*/true);
+  }
+  {
+    std::lock_guard lock(mu_);
+    ++stats.gets;
+    stats.get_blocks += read;
+    if (read < keys.size()) ++stats.get_misses;
+  }
+  // A tier drops a block whose checksum failed; the halves of a split one are dropped here.
+  for (const auto& [t, key] : corrupt_parts) EvictFrom(t, key);
+  for (const auto& [t, key] : corrupt_copies) EvictFrom(t, key);
+  if (options.promote_on_read && !from_below.empty()) PromoteOrPrefetch(std::move(from_below), /*prefetch=*/false);
+  KickRebalances();
+  return read;
+}
+
+Status TieredStore::Impl::ReadGathered(const BlockKey& key, int t, const std::optional<Block::Split>& split,
+                                       std::span<std::byte> out) {
+  if (!split) return ReadFrom(t, key, out);
+  if (options.metadata_only) return Status::Ok();
+  const KvBlockLayout& layout = *options.head_layout;
+  const HeadUnitMask upper = split->lower.Complement();
+  std::vector<std::byte> part(std::max(split->upper_bytes, split->lower_bytes));
+  KVTIER_RETURN_IF_ERROR(ReadFrom(t, key, std::span(part).first(split->upper_bytes)));
+  KVTIER_RETURN_IF_ERROR(UnpackUnits(layout, std::span(part).first(split->upper_bytes), upper, out));
+  KVTIER_RETURN_IF_ERROR(ReadFrom(split->lower_tier, PartKey(key), std::span(part).first(split->lower_bytes)));
+  return UnpackUnits(layout, std::span(part).first(split->lower_bytes), split->lower, out);
+}
+
+}  // namespace kvtier

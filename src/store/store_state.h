@@ -1,0 +1,226 @@
+// The tiered store's shared state (TieredStore::Impl; store.h), private to src/store/. Each
+// part of the store adds one job to it:
+//   store_state.cc    the bookkeeping of blocks and tiers; tier I/O; making room in a tier
+//   store_put.cc      the put path: placing a chain's blocks in the fastest tier that admits them
+//   store_read.cc     Lookup, Get, and reads that gather a split block
+//   store_moves.cc    the movers: Rebalance (demotion, drops, head splits), promotion, prefetch
+//   store_persist.cc  the journal, write-through, Flush, and recovery at Open
+//   tiered_store.cc   options, Open, pins and stats; the public methods forward to the parts
+//
+// Structure: the prefix index (prefix_index.h) holds the tree of blocks, their sizes, tags and
+// tier masks; `blocks` beside it holds what only the store needs (pins, moves in flight,
+// prefetch marks, recompute cost).
+//
+// Locking. `mu_` guards the index, `blocks`, `stats` and `tiers` (all of each TierState but
+// its `tier`, which is thread-safe itself and set only in Open). The index and `blocks` change
+// only under `mu_`, so they always agree; the index's own lock is then uncontended. Methods
+// whose names end in `Locked` need `mu_` held; every other method takes it when it needs it
+// and is called with it released. No tier I/O and no journal call runs under `mu_` (a tier
+// may be slow; the journal has its own lock): a method reads what it needs under the lock,
+// marks the block `moving` when it moves or copies it (so no mover picks it as well), does
+// the I/O with the lock released, and takes the lock again to record the outcome, checking
+// that the block is still there. `flight_mu_` guards `in_flight` only and is never held
+// together with `mu_`. `prefetch_window`, `movers` and `journal` are thread-safe themselves.
+#pragma once
+
+#include <bit>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "kvtier/prefix_index.h"
+#include "kvtier/store.h"
+#include "store/block_journal.h"
+#include "store/expected_reads.h"
+#include "util/task_pool.h"
+
+namespace kvtier {
+
+struct TieredStore::Impl {
+  struct Block {
+    uint32_t tokens = 0;
+    uint64_t tokens_before = 0;  // in the chain before this block (its attention context)
+    double recompute_s = 0;
+    uint32_t pins = 0;
+    bool moving = false;      // a mover holds it: not a victim, not moved again
+    bool prefetched = false;  // brought up by prefetch and not used since
+    // Head-granular: the copy in `upper_tier` holds only the units not in `lower`, packed;
+    // the `lower` units are packed under PartKey(key) in `lower_tier`.
+    struct Split {
+      int upper_tier = 0;
+      int lower_tier = 0;
+      HeadUnitMask lower;
+      uint32_t upper_bytes = 0;
+      uint32_t lower_bytes = 0;
+    };
+    std::optional<Split> split;
+  };
+  struct TierState {
+    std::unique_ptr<Tier> tier;
+    std::unique_ptr<EvictionPolicy> policy;
+    uint64_t capacity = 0;  // 0: unbounded, never demoted from
+    TierCost cost;
+    uint64_t used = 0;  // bytes of blocks the store placed here
+    uint64_t blocks = 0;
+    bool rebalance_queued = false;
+    StoreTierStats stats;
+  };
+
+  StoreOptions options;
+  std::shared_ptr<ReusePredictor> predictor;
+  std::function<double()> clock;
+
+  mutable std::mutex mu_;
+  PrefixIndex index;                                         // mutated only under mu_
+  std::unordered_map<BlockKey, Block, BlockKeyHash> blocks;  // GUARDED_BY(mu_)
+  std::vector<TierState> tiers;                              // GUARDED_BY(mu_) except `tier`
+  StoreStats stats;                                          // GUARDED_BY(mu_): the store-wide counters
+  std::unique_ptr<PrefetchWindow> prefetch_window;           // thread-safe itself
+  store_internal::ExpectedReads expected;                    // GUARDED_BY(mu_)
+  uint64_t expect_sequence = 0;                              // GUARDED_BY(mu_): the last Expect's order
+
+  // Persistence: the persist tier's index (-1 without) and the journal (thread-safe itself,
+  // called with `mu_` released). Both set in Open.
+  int persist_tier = -1;
+  std::unique_ptr<BlockJournal> journal;
+
+  std::unique_ptr<TaskPool> movers;
+  std::mutex flight_mu_;
+  std::condition_variable flight_cv_;
+  uint64_t in_flight = 0;  // GUARDED_BY(flight_mu_): moves queued or running
+
+  double Now() const { return clock(); }
+  int last_tier() const { return static_cast<int>(tiers.size()) - 1; }
+  TierState& tier_state(int t) { return tiers[static_cast<std::size_t>(t)]; }
+  bool write_through() const {
+    return journal != nullptr && options.persistence->mode == PersistenceOptions::PersistMode::kWriteThrough;
+  }
+
+  double RecomputeSeconds(double given, uint32_t tokens, uint64_t tokens_before) const {
+    if (given > 0) return given;
+    if (options.cost_model) return options.cost_model->RecomputeSeconds(tokens, tokens_before);
+    return tokens * options.recompute_seconds_per_token;
+  }
+
+  static int FastestTier(TierMask mask) { return mask == 0 ? -1 : std::countr_zero(static_cast<unsigned>(mask)); }
+
+  // Where a split block's demoted head units are stored (never a real block's key: chained
+  // keys are hashes, and this flips fixed bits of one).
+  static BlockKey PartKey(const BlockKey& key) { return {key.hi ^ 0x6865616470617274ull, key.lo ^ 1}; }
+
+  // The split of `b`'s copy in tier `t`, when that copy is split.
+  static std::optional<Block::Split> SplitIn(const Block& b, int t) {
+    return b.split && b.split->upper_tier == t ? b.split : std::nullopt;
+  }
+
+  // The bytes tier `t` holds of a block of `full` bytes.
+  static uint32_t BytesIn(const Block& b, int t, uint32_t full) {
+    return b.split && b.split->upper_tier == t ? b.split->upper_bytes : full;
+  }
+
+  ResidentBlock Resident(const BlockKey& key, const BlockMeta& meta, const Block& b) const {
+    return {.key = key,
+            .bytes = meta.size_bytes,
+            .tokens = b.tokens,
+            .type = meta.type,
+            .transition = meta.transition,
+            .recompute_seconds = b.recompute_s,
+            .expected_order = expected.Soonest(key)};
+  }
+
+  // --- Bookkeeping under `mu_` (store_state.cc) -----------------------------------------
+  // Forgets a block's split: its lower part's bytes leave the lower tier's accounting, and
+  // the part's (tier, key) is returned for the caller to evict once `mu_` is released.
+  std::pair<int, BlockKey> ForgetSplitLocked(const BlockKey& key, Block& b);
+  // Whether `key` may leave tier `t` now: unpinned, not moving, and (in the last tier, where
+  // leaving means a drop) a leaf.
+  bool EvictableLocked(const BlockInfo& info, const Block& b, int t) const;
+  // Tells each policy holding `key` whether it may pick it as a victim now.
+  void RefreshEvictableLocked(const BlockKey& key);
+  void AddToTierLocked(const BlockKey& key, int t, const BlockMeta& meta, const Block& b);
+  // Tells the policies of every tier holding `key` when a queued request reads it next.
+  void TellExpectedLocked(const BlockKey& key, std::optional<uint64_t> order);
+  void RemoveFromTierLocked(const BlockKey& key, int t, uint32_t bytes);
+  // Forgets a block held by no tier: out of the index (it is a leaf) and the table; its
+  // parent may have become a leaf.
+  void ForgetLocked(const BlockKey& key);
+  bool OverHighWatermarkLocked(int t) const;
+
+  // --- I/O, or its accounting in a metadata-only store (store_state.cc) ------------------
+  Status WriteTo(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes);
+  // Reads exactly out.size() bytes: a block of another size was rewritten meanwhile (a head
+  // split), which the caller sees as NotFound and retries against the store's new record.
+  Status ReadFrom(int t, const BlockKey& key, std::span<std::byte> out);
+  void EvictFrom(int t, const BlockKey& key);
+  // Writes into tier `t`, making room when it is full: demotion down to its watermark first,
+  // then, when its accounting has room for the block and the tier still refuses it (its free
+  // space lies in slots of other sizes), a few blocks' worth more. A tier full of pinned
+  // blocks is left alone: moving other blocks out would not make room.
+  Status WriteMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes);
+
+  // --- Moves (store_moves.cc) -------------------------------------------------------------
+  // Runs `move` on a mover thread, or inline with `synchronous_moves`.
+  void Schedule(std::function<void()> move);
+  // Waits until every scheduled move has run.
+  void Drain();
+  // Starts a rebalance of every tier over its high watermark that has none running. Called
+  // with `mu_` released: scheduling may wait for room in the movers' queue.
+  void KickRebalances();
+  // Moves victims out of tier `t` until it is under its low watermark and `need` more bytes
+  // fit (a Put waiting for room passes its block's size), and at least `force_bytes` have
+  // been planned out whatever the watermark says (free space stranded in other size classes).
+  void Rebalance(int t, uint64_t need, uint64_t force_bytes = 0);
+  // Whether tier `t`'s victim `b` may leave it head-granular: its least important heads
+  // alone go down (it has a full layout and no copy below).
+  bool SplittableLocked(const BlockMeta& meta, const Block& b, int t, TierMask below) const;
+  // Head-granular demotion of a whole block in tier `t`: its `lower` units go to tier t + 1
+  // under PartKey and the rest replaces the whole block in tier t. The whole block's slot is
+  // freed first, so that the smaller part can take space a size class released (slab
+  // rebalancing); when tier t still has no room for the part, the block moves down whole
+  // instead. Returns whether it was split (false: moved whole). A read racing this sees the
+  // block missing or of another size for a moment and retries (ReadFrom).
+  Result<bool> SplitOut(const BlockKey& key, const BlockMeta& meta, const HeadUnitMask& lower, int t);
+  // Copies stored blocks into the fastest tier (a mover's job; `prefetch` marks them so
+  // that their use or waste is counted).
+  void PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch);
+
+  // --- Placement and the put path (store_put.cc) -----------------------------------------
+  // Writes the block into the fastest tier before `end` that admits it, making room by
+  // demotion when a tier is full. Returns the tier, or -1 when every tier refused it.
+  Result<int> Place(const BlockKey& key, const BlockMeta& meta, const Block& b, std::span<const std::byte> payload,
+                    int end);
+  // Stores a chain (TieredStore::Put).
+  Result<PutResult> Put(std::span<const BlockPut> chain, const std::optional<BlockKey>& parent);
+
+  // --- The read path (store_read.cc) ------------------------------------------------------
+  LookupResult Lookup(std::span<const BlockKey> keys);
+  Result<std::size_t> Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
+                          TransitionType transition, std::span<std::size_t> sizes);
+  // Reads a block from tier `t`, gathering its parts when its copy there is split (`split`,
+  // SplitIn as the caller saw it under `mu_`: a split that changes meanwhile shows as a size
+  // mismatch, which ReadFrom reports for a retry).
+  Status ReadGathered(const BlockKey& key, int t, const std::optional<Block::Split>& split, std::span<std::byte> out);
+
+  // --- Persistence (store_persist.cc) -----------------------------------------------------
+  Status JournalPuts(std::span<const BlockKey> keys);
+  // Writes a new block into the persist tier (journaled by WriteTo), making room there the
+  // way Place does. The persist tier's policy is not asked to admit it: it only picks victims.
+  Status Persist(const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes);
+  // Flush: copies one stored block into the persist tier unless it is there already.
+  // `buffer` is reused between calls.
+  Status CopyToPersistTier(const BlockKey& key, std::vector<std::byte>& buffer);
+  // Open: indexes the blocks the journal lists that the persist tier still holds intact,
+  // parents first, then compacts the journal to them.
+  Status Recover();
+  Status Flush();
+};
+
+}  // namespace kvtier
