@@ -139,11 +139,7 @@ void TieredStore::Impl::Rebalance(int t, uint64_t need, uint64_t force_bytes) {
         continue;
       }
       if (options.metadata_only) {
-        moved[i] = WriteTo(t + 1, batch[i].key, {}, batch[i].meta.size_bytes);
-        if (moved[i].code() == StatusCode::kResourceExhausted) {
-          Rebalance(t + 1, batch[i].meta.size_bytes);
-          moved[i] = WriteTo(t + 1, batch[i].key, {}, batch[i].meta.size_bytes);
-        }
+        moved[i] = WriteMakingRoom(t + 1, batch[i].key, {}, batch[i].meta.size_bytes);
         continue;
       }
       payloads[i].resize(batch[i].meta.size_bytes);
@@ -178,12 +174,8 @@ void TieredStore::Impl::Rebalance(int t, uint64_t need, uint64_t force_bytes) {
           written.assign(writes.size(), journaled);
         }
         for (std::size_t k = 0; k < written.size(); ++k) {
-          if (written[k].code() == StatusCode::kResourceExhausted) {
-            Rebalance(t + 1, writes[k].payload.size());  // make room below, then once more
-            written[k] =
-                WriteTo(t + 1, writes[k].key, writes[k].payload, static_cast<uint32_t>(writes[k].payload.size()));
-          }
-          moved[write_index[k]] = written[k];
+          moved[write_index[k]] = RetryMakingRoom(t + 1, writes[k].key, writes[k].payload,
+                                                  static_cast<uint32_t>(writes[k].payload.size()), written[k]);
         }
       }
     }
@@ -281,12 +273,7 @@ Result<bool> TieredStore::Impl::SplitOut(const BlockKey& key, const BlockMeta& m
   KVTIER_RETURN_IF_ERROR(ReadFrom(t, key, block));
   std::vector<std::byte> part(lower_bytes);
   KVTIER_RETURN_IF_ERROR(PackUnitsInto(layout, block, lower, part));
-  Status s = WriteTo(t + 1, PartKey(key), part, lower_bytes);
-  if (s.code() == StatusCode::kResourceExhausted) {
-    Rebalance(t + 1, lower_bytes);
-    s = WriteTo(t + 1, PartKey(key), part, lower_bytes);
-  }
-  KVTIER_RETURN_IF_ERROR(s);
+  KVTIER_RETURN_IF_ERROR(WriteMakingRoom(t + 1, PartKey(key), part, lower_bytes));
   const HeadUnitMask upper = lower.Complement();
   std::vector<std::byte> kept(layout.PackedBytes(upper));
   KVTIER_RETURN_IF_ERROR(PackUnitsInto(layout, block, upper, kept));

@@ -107,11 +107,15 @@ void TieredStore::Impl::EvictFrom(int t, const BlockKey& key) {
 
 Status TieredStore::Impl::WriteMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload,
                                           uint32_t bytes) {
-  const TierState& ts = tiers[static_cast<std::size_t>(t)];
-  Status s = WriteTo(t, key, payload, bytes);
-  if (s.code() != StatusCode::kResourceExhausted || ts.capacity == 0) return s;
+  return RetryMakingRoom(t, key, payload, bytes, WriteTo(t, key, payload, bytes));
+}
+
+Status TieredStore::Impl::RetryMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload,
+                                          uint32_t bytes, Status first) {
+  const TierState& ts = tier_state(t);  // `capacity` is set once, in Open
+  if (first.code() != StatusCode::kResourceExhausted || ts.capacity == 0) return first;
   Rebalance(t, bytes);
-  s = WriteTo(t, key, payload, bytes);
+  Status s = WriteTo(t, key, payload, bytes);
   if (s.code() != StatusCode::kResourceExhausted) return s;
   {
     std::lock_guard lock(mu_);

@@ -160,11 +160,16 @@ struct TieredStore::Impl {
   // split), which the caller sees as NotFound and retries against the store's new record.
   Status ReadFrom(int t, const BlockKey& key, std::span<std::byte> out);
   void EvictFrom(int t, const BlockKey& key);
-  // Writes into tier `t`, making room when it is full: demotion down to its watermark first,
-  // then, when its accounting has room for the block and the tier still refuses it (its free
-  // space lies in slots of other sizes), a few blocks' worth more. A tier full of pinned
-  // blocks is left alone: moving other blocks out would not make room.
+  // Writes into tier `t`, making room when it is full (RetryMakingRoom).
   Status WriteMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes);
+  // The one place that makes room in a full tier. `first` is the outcome of a write of `key`
+  // into tier `t` (WriteTo, or one op of a WriteBatch); unless the tier refused it as full,
+  // it is returned as it is. Otherwise demotion takes the tier down to its watermark and the
+  // write is tried again; then, when its accounting has room for the block and the tier still
+  // refuses it (its free space lies in slots of other sizes), a few blocks' worth more are
+  // moved out past the watermark and the write is tried once more. A tier full of pinned
+  // blocks is left alone: moving other blocks out would not make room.
+  Status RetryMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes, Status first);
 
   // --- Moves (store_moves.cc) -------------------------------------------------------------
   // Runs `move` on a mover thread, or inline with `synchronous_moves`.
