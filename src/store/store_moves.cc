@@ -55,206 +55,206 @@ void TieredStore::Impl::KickRebalances() {
 
 void TieredStore::Impl::Rebalance(int t, uint64_t need, uint64_t force_bytes) {
   for (;;) {
-    struct Victim {
-      BlockKey key;
-      BlockMeta meta;
-      enum class Action { kLeave, kDrop, kDemote, kSplit } action;
-      HeadUnitMask lower;                 // kSplit: the units that go down
-      std::optional<Block::Split> split;  // kDemote: its copy here is split, to be gathered
-    };
-    std::vector<Victim> batch;
-    {
+    std::vector<Victim> batch = PlanVictims(t, need, force_bytes);
+    if (batch.empty()) return;
+    const std::vector<Status> moved = MoveVictims(t, batch);
+    if (!SettleVictims(t, batch, moved)) {  // nothing could leave (pinned, interior, lower tiers failing)
       std::lock_guard lock(mu_);
-      TierState& ts = tiers[static_cast<std::size_t>(t)];
-      const double target = options.low_watermark * static_cast<double>(ts.capacity);
-      uint64_t planned = 0;
-      while (batch.size() < kDemotionBatch) {
-        const uint64_t remaining = ts.used - std::min(ts.used, planned);
-        if (ts.capacity == 0 ||
-            (planned >= force_bytes && static_cast<double>(remaining) <= target && remaining + need <= ts.capacity)) {
-          break;
-        }
-        const std::optional<BlockKey> victim = ts.policy->Victim();
-        if (!victim) break;
-        const std::optional<BlockInfo> info = index.Find(*victim);
-        auto it = blocks.find(*victim);
-        if (!info || it == blocks.end()) {  // cannot happen; keep the policy consistent
-          ts.policy->Remove(*victim, Now());
-          continue;
-        }
-        it->second.moving = true;
-        RefreshEvictableLocked(*victim);
-        Victim v{*victim, info->meta, Victim::Action::kDemote, {}, SplitIn(it->second, t)};
-        const TierMask below = static_cast<TierMask>(info->meta.tiers & ~((2u << t) - 1));
-        if (SplittableLocked(info->meta, it->second, t, below)) {
-          const uint64_t bytes = static_cast<uint64_t>(options.head_demotion_fraction * info->meta.size_bytes);
-          Result<HeadSelection> plan = options.head_importance->PlanDemotion(*options.head_layout, bytes);
-          if (plan.ok() && !plan->units.None() && plan->units.Count() < options.head_layout->unit_count()) {
-            v.action = Victim::Action::kSplit;
-            v.lower = plan->units;
-            stats.head_importance_assumed = plan->assumed_importance;
-          }
-        }
-        if (v.action == Victim::Action::kSplit) {
-          // decided above
-        } else if (below != 0) {
-          v.action = Victim::Action::kLeave;  // a copy below already: write-back costs nothing
-        } else if (t == last_tier() ||
-                   (options.policy == PolicyKind::kBayes && info->children == 0 &&
-                    predictor->PReuse(info->meta.type, info->meta.transition) < options.drop_below_p_reuse)) {
-          v.action = info->children == 0 ? Victim::Action::kDrop : Victim::Action::kDemote;
-        }
-        if (v.action == Victim::Action::kDemote && t == last_tier()) {
-          it->second.moving = false;  // an interior block of the last tier: nowhere to go
-          RefreshEvictableLocked(*victim);
-          break;
-        }
-        planned += v.action == Victim::Action::kSplit ? options.head_layout->PackedBytes(v.lower)
-                                                      : BytesIn(it->second, t, info->meta.size_bytes);
-        batch.push_back(std::move(v));
-      }
-      if (batch.empty()) {
-        ts.rebalance_queued = false;
-        return;
-      }
-      force_bytes -= std::min(force_bytes, planned);
-    }
-    // Demotions: read the victims here, write them below (I/O outside the lock).
-    std::vector<std::vector<std::byte>> payloads(batch.size());
-    std::vector<Status> moved(batch.size());
-    std::vector<Tier::ReadOp> reads;
-    std::vector<std::size_t> read_index;
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      if (batch[i].action == Victim::Action::kSplit) {
-        Result<bool> split = SplitOut(batch[i].key, batch[i].meta, batch[i].lower, t);
-        moved[i] = split.status();
-        if (split.ok() && !*split) batch[i].action = Victim::Action::kDemote;  // it went down whole
-        continue;
-      }
-      if (batch[i].action != Victim::Action::kDemote) continue;
-      if (batch[i].split) {  // gather the parts, then move the whole block down
-        payloads[i].resize(batch[i].meta.size_bytes);
-        moved[i] = ReadGathered(batch[i].key, t, batch[i].split, payloads[i]);
-        if (moved[i].ok()) moved[i] = WriteTo(t + 1, batch[i].key, payloads[i], batch[i].meta.size_bytes);
-        continue;
-      }
-      if (options.metadata_only) {
-        moved[i] = WriteMakingRoom(t + 1, batch[i].key, {}, batch[i].meta.size_bytes);
-        continue;
-      }
-      payloads[i].resize(batch[i].meta.size_bytes);
-      reads.push_back({batch[i].key, payloads[i]});
-      read_index.push_back(i);
-    }
-    if (!reads.empty()) {
-      const std::vector<Result<std::size_t>> got = tiers[static_cast<std::size_t>(t)].tier->ReadBatch(reads);
-      for (std::size_t k = 0; k < got.size(); ++k) {
-        moved[read_index[k]] = !got[k].ok()                     ? got[k].status()
-                               : *got[k] == reads[k].out.size() ? Status::Ok()
-                                                                : Status::NotFound("block changed while read");
-      }
-      std::vector<Tier::WriteOp> writes;
-      std::vector<std::size_t> write_index;
-      for (std::size_t i : read_index) {
-        if (!moved[i].ok()) continue;
-        writes.push_back({batch[i].key, payloads[i]});
-        write_index.push_back(i);
-      }
-      if (!writes.empty()) {
-        std::vector<Status> written;
-        Status journaled = Status::Ok();
-        if (t + 1 == persist_tier) {
-          std::vector<BlockKey> keys;
-          for (const Tier::WriteOp& w : writes) keys.push_back(w.key);
-          journaled = JournalPuts(keys);
-        }
-        if (journaled.ok()) {
-          written = tiers[static_cast<std::size_t>(t + 1)].tier->WriteBatch(writes);
-        } else {
-          written.assign(writes.size(), journaled);
-        }
-        for (std::size_t k = 0; k < written.size(); ++k) {
-          moved[write_index[k]] = RetryMakingRoom(t + 1, writes[k].key, writes[k].payload,
-                                                  static_cast<uint32_t>(writes[k].payload.size()), written[k]);
-        }
-      }
-    }
-    std::vector<BlockKey> leaving;
-    std::vector<std::pair<int, BlockKey>> parts_leaving;
-    bool progressed = false;
-    {
-      std::lock_guard lock(mu_);
-      for (std::size_t i = 0; i < batch.size(); ++i) {
-        const Victim& v = batch[i];
-        auto it = blocks.find(v.key);
-        if (it == blocks.end()) continue;
-        it->second.moving = false;
-        const std::optional<BlockInfo> info = index.Find(v.key);
-        if (!info || !(info->meta.tiers & (1u << t))) continue;
-        TierState& ts = tiers[static_cast<std::size_t>(t)];
-        if (v.action == Victim::Action::kSplit) {
-          // Failed: the block is whole in this tier still (SplitOut restored it).
-          if (moved[i].ok()) {
-            const uint32_t lower_bytes = static_cast<uint32_t>(options.head_layout->PackedBytes(v.lower));
-            it->second.split = Block::Split{.upper_tier = t,
-                                            .lower_tier = t + 1,
-                                            .lower = v.lower,
-                                            .upper_bytes = v.meta.size_bytes - lower_bytes,
-                                            .lower_bytes = lower_bytes};
-            ts.used -= std::min<uint64_t>(ts.used, lower_bytes);
-            tiers[static_cast<std::size_t>(t + 1)].used += lower_bytes;
-            ++stats.head_splits;
-            ++ts.stats.demotions;
-            progressed = true;
-          }
-          RefreshEvictableLocked(v.key);
-          continue;
-        }
-        const uint32_t here = BytesIn(it->second, t, v.meta.size_bytes);
-        if (v.action == Victim::Action::kDemote) {
-          if (!moved[i].ok()) {
-            // Could not move it (the lower tier failed): drop it if it is a leaf, else keep
-            // it here; either way the next victim is tried.
-            if (info->children == 0 && it->second.pins == 0) {
-              ++ts.stats.drops;
-              if (it->second.split) parts_leaving.push_back(ForgetSplitLocked(v.key, it->second));
-              RemoveFromTierLocked(v.key, t, here);
-              leaving.push_back(v.key);
-              ForgetLocked(v.key);
-            } else {
-              RefreshEvictableLocked(v.key);
-            }
-            continue;
-          }
-          AddToTierLocked(v.key, t + 1, v.meta, it->second);
-          ++ts.stats.demotions;
-        } else if (v.action == Victim::Action::kDrop) {
-          if (it->second.pins > 0 || info->children > 0) {  // pinned or extended meanwhile
-            RefreshEvictableLocked(v.key);
-            continue;
-          }
-          ++ts.stats.drops;
-        }
-        // The copy here leaves (moved down whole, dropped, or held below already): so does
-        // the lower half of its split, if it had one.
-        if (it->second.split && it->second.split->upper_tier == t) {
-          parts_leaving.push_back(ForgetSplitLocked(v.key, it->second));
-        }
-        RemoveFromTierLocked(v.key, t, here);
-        leaving.push_back(v.key);
-        if (v.action == Victim::Action::kDrop) ForgetLocked(v.key);
-        RefreshEvictableLocked(v.key);
-      }
-    }
-    for (const BlockKey& key : leaving) EvictFrom(t, key);
-    for (const auto& [tier, part] : parts_leaving) EvictFrom(tier, part);
-    KickRebalances();                      // the tier below may be over its watermark now
-    if (leaving.empty() && !progressed) {  // nothing could leave (pinned, interior, lower tiers failing)
-      std::lock_guard lock(mu_);
-      tiers[static_cast<std::size_t>(t)].rebalance_queued = false;
+      tier_state(t).rebalance_queued = false;
       return;
     }
   }
+}
+
+std::vector<TieredStore::Impl::Victim> TieredStore::Impl::PlanVictims(int t, uint64_t need, uint64_t& force_bytes) {
+  std::vector<Victim> batch;
+  std::lock_guard lock(mu_);
+  TierState& ts = tier_state(t);
+  const double target = options.low_watermark * static_cast<double>(ts.capacity);
+  uint64_t planned = 0;
+  while (batch.size() < kDemotionBatch) {
+    const uint64_t remaining = ts.used - std::min(ts.used, planned);
+    if (ts.capacity == 0 ||
+        (planned >= force_bytes && static_cast<double>(remaining) <= target && remaining + need <= ts.capacity)) {
+      break;
+    }
+    const std::optional<BlockKey> victim = ts.policy->Victim();
+    if (!victim) break;
+    const std::optional<BlockInfo> info = index.Find(*victim);
+    auto it = blocks.find(*victim);
+    if (!info || it == blocks.end()) {  // cannot happen; keep the policy consistent
+      ts.policy->Remove(*victim, Now());
+      continue;
+    }
+    it->second.moving = true;
+    RefreshEvictableLocked(*victim);
+    Victim v = ChooseActionLocked(*victim, *info, it->second, t);
+    if (v.action == Victim::Action::kDemote && t == last_tier()) {
+      it->second.moving = false;  // an interior block of the last tier: nowhere to go
+      RefreshEvictableLocked(*victim);
+      break;
+    }
+    planned += v.action == Victim::Action::kSplit ? options.head_layout->PackedBytes(v.lower)
+                                                  : BytesIn(it->second, t, info->meta.size_bytes);
+    batch.push_back(std::move(v));
+  }
+  if (batch.empty()) ts.rebalance_queued = false;  // nothing (more) to move: this rebalance ends
+  force_bytes -= std::min(force_bytes, planned);
+  return batch;
+}
+
+TieredStore::Impl::Victim TieredStore::Impl::ChooseActionLocked(const BlockKey& key, const BlockInfo& info,
+                                                                const Block& b, int t) {
+  Victim v{key, info.meta, Victim::Action::kDemote, {}, SplitIn(b, t)};
+  const TierMask below = static_cast<TierMask>(info.meta.tiers & ~((2u << t) - 1));
+  if (SplittableLocked(info.meta, b, t, below)) {
+    const uint64_t bytes = static_cast<uint64_t>(options.head_demotion_fraction * info.meta.size_bytes);
+    Result<HeadSelection> plan = options.head_importance->PlanDemotion(*options.head_layout, bytes);
+    if (plan.ok() && !plan->units.None() && plan->units.Count() < options.head_layout->unit_count()) {
+      v.action = Victim::Action::kSplit;
+      v.lower = plan->units;
+      stats.head_importance_assumed = plan->assumed_importance;
+      return v;
+    }
+  }
+  if (below != 0) {
+    v.action = Victim::Action::kLeave;  // a copy below already: write-back costs nothing
+  } else if (t == last_tier() ||
+             (options.policy == PolicyKind::kBayes && info.children == 0 &&
+              predictor->PReuse(info.meta.type, info.meta.transition) < options.drop_below_p_reuse)) {
+    v.action = info.children == 0 ? Victim::Action::kDrop : Victim::Action::kDemote;
+  }
+  return v;
+}
+
+std::vector<Status> TieredStore::Impl::MoveVictims(int t, std::span<Victim> batch) {
+  std::vector<Status> moved(batch.size());
+  std::vector<std::size_t> whole;  // moved down whole, in batches
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    Victim& v = batch[i];
+    if (v.action == Victim::Action::kSplit) {
+      Result<bool> split = SplitOut(v.key, v.meta, v.lower, t);
+      moved[i] = split.status();
+      if (split.ok() && !*split) v.action = Victim::Action::kDemote;  // it went down whole
+    } else if (v.action != Victim::Action::kDemote) {
+      continue;            // left (held below already) or dropped: nothing to write
+    } else if (v.split) {  // gather the parts, then move the whole block down
+      std::vector<std::byte> payload(v.meta.size_bytes);
+      moved[i] = ReadGathered(v.key, t, v.split, payload);
+      if (moved[i].ok()) moved[i] = WriteTo(t + 1, v.key, payload, v.meta.size_bytes);
+    } else if (options.metadata_only) {
+      moved[i] = WriteMakingRoom(t + 1, v.key, {}, v.meta.size_bytes);
+    } else {
+      whole.push_back(i);
+    }
+  }
+  if (!whole.empty()) DemoteWhole(t, batch, whole, moved);
+  return moved;
+}
+
+void TieredStore::Impl::DemoteWhole(int t, std::span<const Victim> batch, std::span<const std::size_t> whole,
+                                    std::span<Status> moved) {
+  std::vector<std::vector<std::byte>> payloads(whole.size());
+  std::vector<Tier::ReadOp> reads;
+  for (std::size_t k = 0; k < whole.size(); ++k) {
+    payloads[k].resize(batch[whole[k]].meta.size_bytes);
+    reads.push_back({batch[whole[k]].key, payloads[k]});
+  }
+  const std::vector<Result<std::size_t>> got = tier_state(t).tier->ReadBatch(reads);
+  std::vector<Tier::WriteOp> writes;
+  std::vector<std::size_t> write_index;  // into `batch`
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    Status& m = moved[whole[k]];
+    m = !got[k].ok()                     ? got[k].status()
+        : *got[k] == reads[k].out.size() ? Status::Ok()
+                                         : Status::NotFound("block changed while read");
+    if (!m.ok()) continue;
+    writes.push_back({reads[k].key, payloads[k]});
+    write_index.push_back(whole[k]);
+  }
+  if (writes.empty()) return;
+  const std::vector<Status> written = WriteBatchTo(t + 1, writes);
+  for (std::size_t k = 0; k < written.size(); ++k) {
+    moved[write_index[k]] = RetryMakingRoom(t + 1, writes[k].key, writes[k].payload,
+                                            static_cast<uint32_t>(writes[k].payload.size()), written[k]);
+  }
+}
+
+bool TieredStore::Impl::SettleVictims(int t, std::span<const Victim> batch, std::span<const Status> moved) {
+  std::vector<BlockKey> leaving;
+  std::vector<std::pair<int, BlockKey>> parts_leaving;
+  bool progressed = false;
+  {
+    std::lock_guard lock(mu_);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (SettleVictimLocked(t, batch[i], moved[i], leaving, parts_leaving)) progressed = true;
+    }
+  }
+  for (const BlockKey& key : leaving) EvictFrom(t, key);
+  for (const auto& [tier, part] : parts_leaving) EvictFrom(tier, part);
+  KickRebalances();  // the tier below may be over its watermark now
+  return progressed;
+}
+
+bool TieredStore::Impl::SettleVictimLocked(int t, const Victim& v, const Status& moved, std::vector<BlockKey>& leaving,
+                                           std::vector<std::pair<int, BlockKey>>& parts_leaving) {
+  auto it = blocks.find(v.key);
+  if (it == blocks.end()) return false;
+  Block& b = it->second;
+  b.moving = false;
+  const std::optional<BlockInfo> info = index.Find(v.key);
+  if (!info || !(info->meta.tiers & (1u << t))) return false;
+  TierState& ts = tier_state(t);
+  if (v.action == Victim::Action::kSplit) {
+    // Failed: the block is whole in this tier still (SplitOut restored it).
+    if (moved.ok()) {
+      const uint32_t lower_bytes = static_cast<uint32_t>(options.head_layout->PackedBytes(v.lower));
+      b.split = Block::Split{.upper_tier = t,
+                             .lower_tier = t + 1,
+                             .lower = v.lower,
+                             .upper_bytes = v.meta.size_bytes - lower_bytes,
+                             .lower_bytes = lower_bytes};
+      ts.used -= std::min<uint64_t>(ts.used, lower_bytes);
+      tier_state(t + 1).used += lower_bytes;
+      ++stats.head_splits;
+      ++ts.stats.demotions;
+    }
+    RefreshEvictableLocked(v.key);
+    return moved.ok();
+  }
+  const uint32_t here = BytesIn(b, t, v.meta.size_bytes);
+  if (v.action == Victim::Action::kDemote && !moved.ok()) {
+    // Could not move it (the lower tier failed): drop it if it is a leaf, else keep it
+    // here; either way the next victim is tried.
+    if (info->children != 0 || b.pins != 0) {
+      RefreshEvictableLocked(v.key);
+      return false;
+    }
+    ++ts.stats.drops;
+    if (b.split) parts_leaving.push_back(ForgetSplitLocked(v.key, b));
+    RemoveFromTierLocked(v.key, t, here);
+    leaving.push_back(v.key);
+    ForgetLocked(v.key);
+    return true;
+  }
+  if (v.action == Victim::Action::kDemote) {
+    AddToTierLocked(v.key, t + 1, v.meta, b);
+    ++ts.stats.demotions;
+  } else if (v.action == Victim::Action::kDrop) {
+    if (b.pins > 0 || info->children > 0) {  // pinned or extended meanwhile
+      RefreshEvictableLocked(v.key);
+      return false;
+    }
+    ++ts.stats.drops;
+  }
+  // The copy here leaves (moved down whole, dropped, or held below already): so does the
+  // lower half of its split, if it had one.
+  if (b.split && b.split->upper_tier == t) parts_leaving.push_back(ForgetSplitLocked(v.key, b));
+  RemoveFromTierLocked(v.key, t, here);
+  leaving.push_back(v.key);
+  if (v.action == Victim::Action::kDrop) ForgetLocked(v.key);
+  RefreshEvictableLocked(v.key);
+  return true;
 }
 
 bool TieredStore::Impl::SplittableLocked(const BlockMeta& meta, const Block& b, int t, TierMask below) const {

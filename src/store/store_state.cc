@@ -88,6 +88,15 @@ Status TieredStore::Impl::WriteTo(int t, const BlockKey& key, std::span<const st
   return Status::Ok();
 }
 
+std::vector<Status> TieredStore::Impl::WriteBatchTo(int t, std::span<const Tier::WriteOp> writes) {
+  if (t == persist_tier) {
+    std::vector<BlockKey> keys;
+    for (const Tier::WriteOp& w : writes) keys.push_back(w.key);
+    if (Status journaled = JournalPuts(keys); !journaled.ok()) return std::vector<Status>(writes.size(), journaled);
+  }
+  return tier_state(t).tier->WriteBatch(writes);
+}
+
 Status TieredStore::Impl::ReadFrom(int t, const BlockKey& key, std::span<std::byte> out) {
   if (options.metadata_only) return Status::Ok();
   KVTIER_ASSIGN_OR_RETURN(std::size_t n, tiers[static_cast<std::size_t>(t)].tier->Read(key, out));

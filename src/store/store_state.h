@@ -156,6 +156,9 @@ struct TieredStore::Impl {
 
   // --- I/O, or its accounting in a metadata-only store (store_state.cc) ------------------
   Status WriteTo(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes);
+  // WriteTo for a batch (not in a metadata-only store): into the persist tier, one journal
+  // append first for all of them; one status per op.
+  std::vector<Status> WriteBatchTo(int t, std::span<const Tier::WriteOp> writes);
   // Reads exactly out.size() bytes: a block of another size was rewritten meanwhile (a head
   // split), which the caller sees as NotFound and retries against the store's new record.
   Status ReadFrom(int t, const BlockKey& key, std::span<std::byte> out);
@@ -183,6 +186,33 @@ struct TieredStore::Impl {
   // fit (a Put waiting for room passes its block's size), and at least `force_bytes` have
   // been planned out whatever the watermark says (free space stranded in other size classes).
   void Rebalance(int t, uint64_t need, uint64_t force_bytes = 0);
+  // Rebalance's steps, one batch of victims at a time.
+  struct Victim {
+    BlockKey key;
+    BlockMeta meta;
+    enum class Action { kLeave, kDrop, kDemote, kSplit } action;
+    HeadUnitMask lower;                 // kSplit: the units that go down
+    std::optional<Block::Split> split;  // kDemote: its copy here is split, to be gathered
+  };
+  // Picks the next batch of victims of tier `t` and marks them moving; an empty batch when
+  // the tier has room enough (or nothing can leave), which ends the rebalance. Takes `mu_`.
+  std::vector<Victim> PlanVictims(int t, uint64_t need, uint64_t& force_bytes);
+  // What becomes of tier `t`'s victim: a drop (the last tier, or a leaf predicted not to be
+  // reused), a head split, leaving (a copy below already) or a demotion.
+  Victim ChooseActionLocked(const BlockKey& key, const BlockInfo& info, const Block& b, int t);
+  // The I/O of a batch (with `mu_` released): one status per victim. A split that went down
+  // whole becomes a kDemote.
+  std::vector<Status> MoveVictims(int t, std::span<Victim> batch);
+  // Moves `batch[whole[k]]` down whole with one ReadBatch from tier `t` and one WriteBatch
+  // into the tier below, setting their `moved` statuses.
+  void DemoteWhole(int t, std::span<const Victim> batch, std::span<const std::size_t> whole, std::span<Status> moved);
+  // Records the outcome of a batch, then evicts the copies that left. Returns whether any
+  // victim left tier `t` (or was split): when none did, rebalancing again would not help.
+  bool SettleVictims(int t, std::span<const Victim> batch, std::span<const Status> moved);
+  // SettleVictims for one victim: the copies to evict once `mu_` is released are added to
+  // `leaving` (from tier `t`) and `parts_leaving` (split parts, with their tier).
+  bool SettleVictimLocked(int t, const Victim& v, const Status& moved, std::vector<BlockKey>& leaving,
+                          std::vector<std::pair<int, BlockKey>>& parts_leaving);
   // Whether tier `t`'s victim `b` may leave it head-granular: its least important heads
   // alone go down (it has a full layout and no copy below).
   bool SplittableLocked(const BlockMeta& meta, const Block& b, int t, TierMask below) const;
