@@ -26,7 +26,10 @@ Result<int> TieredStore::Impl::Place(const BlockKey& key, const BlockMeta& meta,
   return -1;
 }
 
-Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const std::optional<BlockKey>& parent) {
+namespace {
+
+// A Put's request is checked whole before any of its blocks is stored.
+Status CheckChain(std::span<const BlockPut> chain, bool metadata_only) {
   if (chain.empty()) return Status::InvalidArgument("store: Put of an empty chain");
   for (std::size_t i = 0; i < chain.size(); ++i) {
     const uint64_t bytes = chain[i].bytes != 0 ? chain[i].bytes : chain[i].payload.size();
@@ -37,12 +40,19 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
     }
   }
   for (std::size_t i = 0; i < chain.size(); ++i) {
-    if (options.metadata_only != chain[i].payload.empty()) {
+    if (metadata_only != chain[i].payload.empty()) {
       return Status::InvalidArgument(
           std::string("store: block ") + std::to_string(i) +
-          (options.metadata_only ? " carries a payload into a metadata-only store" : " has no payload"));
+          (metadata_only ? " carries a payload into a metadata-only store" : " has no payload"));
     }
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const std::optional<BlockKey>& parent) {
+  KVTIER_RETURN_IF_ERROR(CheckChain(chain, options.metadata_only));
   PutResult result;
   // The chain's blocks stay pinned until the whole chain is in: room for block i + 1 must not
   // come from evicting block i. Unpinned on every way out.
@@ -76,97 +86,24 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
                   .tokens_before = tokens_before,
                   .recompute_s = RecomputeSeconds(p.recompute_seconds, p.tokens, tokens_before)};
     tokens_before += p.tokens;
-    bool repersist = false;  // stored, but the persist tier let it go: write-through writes it again
+    PutAction action = PutAction::kPresent;
     {
       std::lock_guard lock(mu_);
-      ++stats.put_blocks;
-      const std::optional<BlockInfo> info = index.Find(p.key);
-      if (info && info->meta.tiers != 0) {
-        if (info->parent != previous) {
-          return Status::AlreadyExists("store: block " + p.key.ToHex() +
-                                       " is stored under another parent (a hash collision)");
-        }
-        index.Touch({&p.key, 1}, static_cast<uint64_t>(Now() * 1e6));
-        const int t = FastestTier(info->meta.tiers);
-        tiers[static_cast<std::size_t>(t)].policy->Touch(p.key, p.transition, Now());
-        if (auto it = blocks.find(p.key); it != blocks.end()) {
-          ++it->second.pins;
-          putting.keys.push_back(p.key);
-          // A block a mover holds is left to it.
-          repersist = write_through() && !(info->meta.tiers & (1u << persist_tier)) && !it->second.moving &&
-                      info->meta.size_bytes == bytes;
-          it->second.moving = repersist;
-          RefreshEvictableLocked(p.key);
-        }
-        meta = info->meta;
-        if (!repersist) {
-          ++result.present_blocks;
-          previous = p.key;
-          continue;
-        }
-      }
-      if (!info) {
-        Result<std::size_t> inserted =
-            index.Insert({&p.key, 1}, {&meta, 1}, static_cast<uint64_t>(Now() * 1e6), previous);
-        if (!inserted.ok()) return inserted.status().WithContext("store: block " + std::to_string(i));
-        blocks[p.key] = b;
-        if (previous) RefreshEvictableLocked(*previous);  // it has a child now
-      }
+      KVTIER_ASSIGN_OR_RETURN(action, IndexForPutLocked(p, i, previous, meta, b, putting.keys));
     }
-    if (repersist) {
-      const Status persisted = Persist(p.key, p.payload, bytes);
-      std::lock_guard lock(mu_);
-      if (auto it = blocks.find(p.key); it != blocks.end()) {
-        it->second.moving = false;
-        if (persisted.ok()) AddToTierLocked(p.key, persist_tier, meta, it->second);
-        RefreshEvictableLocked(p.key);
-      }
-      if (!persisted.ok()) {
-        if (persisted.code() != StatusCode::kResourceExhausted) {
-          return persisted.WithContext("store: persisting block " + std::to_string(i));
-        }
-        ++tiers[static_cast<std::size_t>(persist_tier)].stats.refused;
-        result.refused_blocks += chain.size() - i;
-        break;
-      }
-      ++result.present_blocks;
-      previous = p.key;
-      continue;
-    }
-    // Write-through: the persist tier's copy (with its journal record) first, then a copy in
-    // a faster tier that admits it; the block is stored once the persist tier holds it.
-    Result<int> placed = -1;
-    Status persisted = Status::Ok();
-    if (write_through()) {
-      persisted = Persist(p.key, p.payload, bytes);
-      if (persisted.ok()) placed = Place(p.key, meta, b, p.payload, persist_tier);
-    } else {
-      placed = Place(p.key, meta, b, p.payload, last_tier() + 1);
-    }
-    std::lock_guard lock(mu_);
-    const bool stored = write_through() ? persisted.ok() : placed.ok() && *placed >= 0;
-    if (!stored) {
-      ForgetLocked(p.key);
-      if (!persisted.ok() && persisted.code() != StatusCode::kResourceExhausted) {
-        return persisted.WithContext("store: persisting block " + std::to_string(i));
-      }
-      if (!persisted.ok()) ++tiers[static_cast<std::size_t>(persist_tier)].stats.refused;
+    Result<bool> stored = true;
+    if (action == PutAction::kRepersist) stored = Repersist(p, i, meta);
+    if (action == PutAction::kNew) stored = StoreNew(p, i, meta, b, result, putting.keys);
+    if (!stored.ok()) return stored.status();
+    if (!*stored) {
       result.refused_blocks += chain.size() - i;
-      // A tier that is full even after making room, or down (a remote pool), refuses: for a
-      // cache, a block it cannot hold now is a miss later, not a failure of the request.
-      if (!placed.ok() && placed.status().code() != StatusCode::kUnavailable &&
-          placed.status().code() != StatusCode::kResourceExhausted && result.new_blocks + result.present_blocks == 0) {
-        return placed.status();
-      }
       break;
     }
-    auto it = blocks.find(p.key);
-    ++it->second.pins;
-    putting.keys.push_back(p.key);
-    if (write_through()) AddToTierLocked(p.key, persist_tier, meta, it->second);
-    if (placed.ok() && *placed >= 0) AddToTierLocked(p.key, *placed, meta, it->second);
-    RefreshEvictableLocked(p.key);
-    ++result.new_blocks;
+    if (action == PutAction::kNew) {
+      ++result.new_blocks;
+    } else {
+      ++result.present_blocks;
+    }
     previous = p.key;
   }
   {
@@ -174,6 +111,94 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
     ++stats.puts;
   }
   return result;
+}
+
+Result<TieredStore::Impl::PutAction> TieredStore::Impl::IndexForPutLocked(const BlockPut& p, std::size_t i,
+                                                                          const std::optional<BlockKey>& previous,
+                                                                          BlockMeta& meta, const Block& b,
+                                                                          std::vector<BlockKey>& pinned) {
+  ++stats.put_blocks;
+  const std::optional<BlockInfo> info = index.Find(p.key);
+  if (info && info->meta.tiers != 0) {
+    if (info->parent != previous) {
+      return Status::AlreadyExists("store: block " + p.key.ToHex() +
+                                   " is stored under another parent (a hash collision)");
+    }
+    index.Touch({&p.key, 1}, static_cast<uint64_t>(Now() * 1e6));
+    tier_state(FastestTier(info->meta.tiers)).policy->Touch(p.key, p.transition, Now());
+    bool repersist = false;
+    if (auto it = blocks.find(p.key); it != blocks.end()) {
+      ++it->second.pins;
+      pinned.push_back(p.key);
+      // A block a mover holds is left to it.
+      repersist = write_through() && !(info->meta.tiers & (1u << persist_tier)) && !it->second.moving &&
+                  info->meta.size_bytes == meta.size_bytes;
+      it->second.moving = repersist;
+      RefreshEvictableLocked(p.key);
+    }
+    meta = info->meta;
+    return repersist ? PutAction::kRepersist : PutAction::kPresent;
+  }
+  if (!info) {
+    Result<std::size_t> inserted = index.Insert({&p.key, 1}, {&meta, 1}, static_cast<uint64_t>(Now() * 1e6), previous);
+    if (!inserted.ok()) return inserted.status().WithContext("store: block " + std::to_string(i));
+    blocks[p.key] = b;
+    if (previous) RefreshEvictableLocked(*previous);  // it has a child now
+  }
+  return PutAction::kNew;
+}
+
+Result<bool> TieredStore::Impl::Repersist(const BlockPut& p, std::size_t i, const BlockMeta& meta) {
+  const Status persisted = Persist(p.key, p.payload, meta.size_bytes);
+  std::lock_guard lock(mu_);
+  if (auto it = blocks.find(p.key); it != blocks.end()) {
+    it->second.moving = false;
+    if (persisted.ok()) AddToTierLocked(p.key, persist_tier, meta, it->second);
+    RefreshEvictableLocked(p.key);
+  }
+  if (persisted.ok()) return true;
+  if (persisted.code() != StatusCode::kResourceExhausted) {
+    return persisted.WithContext("store: persisting block " + std::to_string(i));
+  }
+  ++tier_state(persist_tier).stats.refused;
+  return false;
+}
+
+Result<bool> TieredStore::Impl::StoreNew(const BlockPut& p, std::size_t i, const BlockMeta& meta, const Block& b,
+                                         const PutResult& so_far, std::vector<BlockKey>& pinned) {
+  // Write-through: the persist tier's copy (with its journal record) first, then a copy in
+  // a faster tier that admits it; the block is stored once the persist tier holds it.
+  Result<int> placed = -1;
+  Status persisted = Status::Ok();
+  if (write_through()) {
+    persisted = Persist(p.key, p.payload, meta.size_bytes);
+    if (persisted.ok()) placed = Place(p.key, meta, b, p.payload, persist_tier);
+  } else {
+    placed = Place(p.key, meta, b, p.payload, last_tier() + 1);
+  }
+  std::lock_guard lock(mu_);
+  const bool stored = write_through() ? persisted.ok() : placed.ok() && *placed >= 0;
+  if (!stored) {
+    ForgetLocked(p.key);
+    if (!persisted.ok() && persisted.code() != StatusCode::kResourceExhausted) {
+      return persisted.WithContext("store: persisting block " + std::to_string(i));
+    }
+    if (!persisted.ok()) ++tier_state(persist_tier).stats.refused;
+    // A tier that is full even after making room, or down (a remote pool), refuses: for a
+    // cache, a block it cannot hold now is a miss later, not a failure of the request.
+    if (!placed.ok() && placed.status().code() != StatusCode::kUnavailable &&
+        placed.status().code() != StatusCode::kResourceExhausted && so_far.new_blocks + so_far.present_blocks == 0) {
+      return placed.status();
+    }
+    return false;
+  }
+  auto it = blocks.find(p.key);
+  ++it->second.pins;
+  pinned.push_back(p.key);
+  if (write_through()) AddToTierLocked(p.key, persist_tier, meta, it->second);
+  if (placed.ok() && *placed >= 0) AddToTierLocked(p.key, *placed, meta, it->second);
+  RefreshEvictableLocked(p.key);
+  return true;
 }
 
 }  // namespace kvtier

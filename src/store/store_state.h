@@ -232,8 +232,25 @@ struct TieredStore::Impl {
   // demotion when a tier is full. Returns the tier, or -1 when every tier refused it.
   Result<int> Place(const BlockKey& key, const BlockMeta& meta, const Block& b, std::span<const std::byte> payload,
                     int end);
-  // Stores a chain (TieredStore::Put).
+  // Stores a chain (TieredStore::Put), one block at a time: IndexForPutLocked, then
+  // Repersist or StoreNew.
   Result<PutResult> Put(std::span<const BlockPut> chain, const std::optional<BlockKey>& parent);
+  enum class PutAction {
+    kPresent,    // stored already: touched and pinned, nothing to write
+    kRepersist,  // stored, but the persist tier let it go: write-through writes it again
+    kNew,        // indexed now: to be written
+  };
+  // Touches and pins chain[i] (`p`) when it is stored already, else indexes it under
+  // `previous`. `meta` becomes the stored block's when it is present.
+  Result<PutAction> IndexForPutLocked(const BlockPut& p, std::size_t i, const std::optional<BlockKey>& previous,
+                                      BlockMeta& meta, const Block& b, std::vector<BlockKey>& pinned);
+  // Writes a present block into the persist tier again. False: that tier refused it as full.
+  Result<bool> Repersist(const BlockPut& p, std::size_t i, const BlockMeta& meta);
+  // Writes a new block (into the persist tier first with write-through) and records where it
+  // went, pinned. False: refused (forgotten again); an error only when nothing of the chain
+  // is stored yet (`so_far`) or the persist tier failed.
+  Result<bool> StoreNew(const BlockPut& p, std::size_t i, const BlockMeta& meta, const Block& b,
+                        const PutResult& so_far, std::vector<BlockKey>& pinned);
 
   // --- The read path (store_read.cc) ------------------------------------------------------
   LookupResult Lookup(std::span<const BlockKey> keys);
