@@ -54,83 +54,31 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
     return Status::InvalidArgument("store: Get needs one size slot per key");
   }
   std::size_t read = 0;
-  std::vector<BlockKey> from_below;                                     // promoted once the request has its bytes
-  std::vector<std::pair<int, BlockKey>> corrupt_parts, corrupt_copies;  // evicted after the reads
-  std::vector<BlockKey> prefetch;
+  std::vector<BlockKey> from_below;               // promoted once the request has its bytes
+  std::vector<std::pair<int, BlockKey>> corrupt;  // evicted after the reads
   std::size_t prefetched_until = 0;
   std::optional<BlockKey> previous;
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    const BlockKey& key = keys[i];
-    bool done = false;
-    for (int attempt = 0; attempt < kReadAttempts && !done; ++attempt) {
-      int t = -1;
-      std::size_t size = 0;
-      std::optional<Block::Split> split;
-      {
-        std::lock_guard lock(mu_);
-        const std::optional<BlockInfo> info = index.Find(key);
-        if (!info || info->meta.tiers == 0 || info->parent != previous) break;
-        if (!options.metadata_only && outs[i].size() < info->meta.size_bytes) {
-          return Status::InvalidArgument("store: the buffer for block " + std::to_string(i) + " holds " +
-                                         std::to_string(outs[i].size()) + " bytes, the block " +
-                                         std::to_string(info->meta.size_bytes));
-        }
-        t = FastestTier(info->meta.tiers);
-        size = info->meta.size_bytes;
-        if (auto it = blocks.find(key); it != blocks.end()) split = SplitIn(it->second, t);
-      }
-      TierState& ts = tiers[static_cast<std::size_t>(t)];
-      const Status n =
-          ReadGathered(key, t, split, options.metadata_only ? std::span<std::byte>() : outs[i].first(size));
-      std::lock_guard lock(mu_);
-      if (n.ok()) {
-        if (split) ++stats.head_split_reads;
-        if (!sizes.empty()) sizes[i] = size;
-        ++ts.stats.hits;
-        ts.policy->Touch(key, transition, Now());
-        index.Touch({&key, 1}, static_cast<uint64_t>(Now() * 1e6));
-        auto it = blocks.find(key);
-        if (t == 0 && it != blocks.end() && it->second.prefetched) {
-          it->second.prefetched = false;
-          ++stats.prefetch_used;
-          prefetch_window->OnUsed(1);
-        }
-        if (t > 0) {
-          from_below.push_back(key);
-          // RoPE-aware prefetch: attention will want the blocks right after this one next;
-          // start loading the window after it while this request goes on reading.
-          if (options.prefetch && i + 1 > prefetched_until) {
-            const std::size_t end = std::min(keys.size(), i + 1 + static_cast<std::size_t>(prefetch_window->window()));
-            prefetch.assign(keys.begin() + static_cast<std::ptrdiff_t>(i + 1),
-                            keys.begin() + static_cast<std::ptrdiff_t>(end));
-            prefetched_until = end;
-          }
-        }
-        done = true;
-      } else if (n.code() == StatusCode::kCorruption) {
-        // The tier dropped the block: forget that copy and try the next one.
-        ++stats.corrupt_blocks;
-        const std::optional<BlockInfo> info = index.Find(key);
-        auto it = blocks.find(key);
-        if (info && it != blocks.end() && (info->meta.tiers & (1u << t))) {
-          const uint32_t here = BytesIn(it->second, t, info->meta.size_bytes);
-          if (it->second.split && it->second.split->upper_tier == t) {
-            corrupt_parts.push_back(ForgetSplitLocked(key, it->second));
-          }
-          RemoveFromTierLocked(key, t, here);
-          corrupt_copies.push_back({t, key});
-        }
-      } else if (n.code() == StatusCode::kUnavailable) {
-        break;  // its tier is down (a remote pool): a miss from here on, not an error
-      } else if (n.code() != StatusCode::kNotFound) {
-        return n.WithContext("store: reading block " + std::to_string(i));
-      }
-      // NotFound: a move took it from that tier meanwhile; look again.
-    }
-    if (!done) break;
+    const std::span<std::byte> out = options.metadata_only ? std::span<std::byte>() : outs[i];
+    KVTIER_ASSIGN_OR_RETURN(const std::optional<ReadHit> hit,
+                            ReadForGet(keys[i], i, previous, out, transition, corrupt));
+    if (!hit) break;
+    if (!sizes.empty()) sizes[i] = hit->bytes;
     ++read;
-    previous = key;
-    if (!prefetch.empty()) PromoteOrPrefetch(std::exchange(prefetch, {}), /*prefetch=*/true);
+    previous = keys[i];
+    if (hit->tier == 0) continue;
+    from_below.push_back(keys[i]);
+    // RoPE-aware prefetch: attention will want the blocks right after this one next; start
+    // loading the window after it while this request goes on reading.
+    if (options.prefetch && i + 1 > prefetched_until) {
+      const std::size_t end = std::min(keys.size(), i + 1 + static_cast<std::size_t>(prefetch_window->window()));
+      if (end > i + 1) {
+        PromoteOrPrefetch(
+            {keys.begin() + static_cast<std::ptrdiff_t>(i + 1), keys.begin() + static_cast<std::ptrdiff_t>(end)},
+            /*prefetch=*/true);
+      }
+      prefetched_until = end;
+    }
   }
   {
     std::lock_guard lock(mu_);
@@ -139,11 +87,75 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
     if (read < keys.size()) ++stats.get_misses;
   }
   // A tier drops a block whose checksum failed; the halves of a split one are dropped here.
-  for (const auto& [t, key] : corrupt_parts) EvictFrom(t, key);
-  for (const auto& [t, key] : corrupt_copies) EvictFrom(t, key);
+  for (const auto& [t, key] : corrupt) EvictFrom(t, key);
   if (options.promote_on_read && !from_below.empty()) PromoteOrPrefetch(std::move(from_below), /*prefetch=*/false);
   KickRebalances();
   return read;
+}
+
+Result<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadForGet(
+    const BlockKey& key, std::size_t i, const std::optional<BlockKey>& previous, std::span<std::byte> out,
+    TransitionType transition, std::vector<std::pair<int, BlockKey>>& corrupt) {
+  const std::optional<ReadHit> miss;
+  for (int attempt = 0; attempt < kReadAttempts; ++attempt) {
+    int t = -1;
+    std::size_t size = 0;
+    std::optional<Block::Split> split;
+    {
+      std::lock_guard lock(mu_);
+      const std::optional<BlockInfo> info = index.Find(key);
+      if (!info || info->meta.tiers == 0 || info->parent != previous) return miss;
+      if (!options.metadata_only && out.size() < info->meta.size_bytes) {
+        return Status::InvalidArgument("store: the buffer for block " + std::to_string(i) + " holds " +
+                                       std::to_string(out.size()) + " bytes, the block " +
+                                       std::to_string(info->meta.size_bytes));
+      }
+      t = FastestTier(info->meta.tiers);
+      size = info->meta.size_bytes;
+      if (auto it = blocks.find(key); it != blocks.end()) split = SplitIn(it->second, t);
+    }
+    const Status n = ReadGathered(key, t, split, options.metadata_only ? out : out.first(size));
+    std::lock_guard lock(mu_);
+    if (n.ok()) {
+      RecordHitLocked(key, t, transition, split.has_value());
+      return std::optional<ReadHit>(ReadHit{.tier = t, .bytes = size});
+    }
+    if (n.code() == StatusCode::kCorruption) {
+      ForgetCorruptCopyLocked(key, t, corrupt);  // and try the next copy
+    } else if (n.code() == StatusCode::kUnavailable) {
+      return miss;  // its tier is down (a remote pool): a miss from here on, not an error
+    } else if (n.code() != StatusCode::kNotFound) {
+      return n.WithContext("store: reading block " + std::to_string(i));
+    }
+    // NotFound: a move took it from that tier meanwhile; look again.
+  }
+  return miss;
+}
+
+void TieredStore::Impl::RecordHitLocked(const BlockKey& key, int t, TransitionType transition, bool gathered) {
+  if (gathered) ++stats.head_split_reads;
+  TierState& ts = tier_state(t);
+  ++ts.stats.hits;
+  ts.policy->Touch(key, transition, Now());
+  index.Touch({&key, 1}, static_cast<uint64_t>(Now() * 1e6));
+  auto it = blocks.find(key);
+  if (t == 0 && it != blocks.end() && it->second.prefetched) {
+    it->second.prefetched = false;
+    ++stats.prefetch_used;
+    prefetch_window->OnUsed(1);
+  }
+}
+
+void TieredStore::Impl::ForgetCorruptCopyLocked(const BlockKey& key, int t,
+                                                std::vector<std::pair<int, BlockKey>>& corrupt) {
+  ++stats.corrupt_blocks;
+  const std::optional<BlockInfo> info = index.Find(key);
+  auto it = blocks.find(key);
+  if (!info || it == blocks.end() || !(info->meta.tiers & (1u << t))) return;
+  const uint32_t here = BytesIn(it->second, t, info->meta.size_bytes);
+  if (it->second.split && it->second.split->upper_tier == t) corrupt.push_back(ForgetSplitLocked(key, it->second));
+  RemoveFromTierLocked(key, t, here);
+  corrupt.push_back({t, key});
 }
 
 Status TieredStore::Impl::ReadGathered(const BlockKey& key, int t, const std::optional<Block::Split>& split,

@@ -256,6 +256,20 @@ struct TieredStore::Impl {
   LookupResult Lookup(std::span<const BlockKey> keys);
   Result<std::size_t> Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
                           TransitionType transition, std::span<std::size_t> sizes);
+  // Get's steps for the block keys[i] (`key`, whose parent is `previous`): reads it into
+  // `out` from the fastest tier holding it, retrying when a move takes it meanwhile. The copy
+  // of a tier that finds it corrupt is forgotten (and added to `corrupt`, to be evicted once
+  // `mu_` is released) and the next copy read. nullopt: a miss.
+  struct ReadHit {
+    int tier = -1;
+    std::size_t bytes = 0;
+  };
+  Result<std::optional<ReadHit>> ReadForGet(const BlockKey& key, std::size_t i, const std::optional<BlockKey>& previous,
+                                            std::span<std::byte> out, TransitionType transition,
+                                            std::vector<std::pair<int, BlockKey>>& corrupt);
+  // Counts a read from tier `t` (`gathered`: from a split copy) and touches the block.
+  void RecordHitLocked(const BlockKey& key, int t, TransitionType transition, bool gathered);
+  void ForgetCorruptCopyLocked(const BlockKey& key, int t, std::vector<std::pair<int, BlockKey>>& corrupt);
   // Reads a block from tier `t`, gathering its parts when its copy there is split (`split`,
   // SplitIn as the caller saw it under `mu_`: a split that changes meanwhile shows as a size
   // mismatch, which ReadFrom reports for a retry).
