@@ -6,13 +6,6 @@
 #include "store/store_state.h"
 
 namespace kvtier {
-namespace {
-
-// Recovery verifies journaled blocks this many (or this many bytes) per ReadBatch.
-constexpr std::size_t kRecoveryBatch = 64;
-constexpr std::size_t kRecoveryBatchBytes = 64u << 20;
-
-}  // namespace
 
 Status TieredStore::Impl::JournalPuts(std::span<const BlockKey> keys) {
   std::vector<JournalRecord> records;
@@ -67,24 +60,40 @@ Status TieredStore::Impl::CopyToPersistTier(const BlockKey& key, std::vector<std
   return s.WithContext("store: flushing block " + key.ToHex());
 }
 
-Status TieredStore::Impl::Recover() {
-  const PersistenceOptions& po = *options.persistence;
-  Tier& tier = *tiers[static_cast<std::size_t>(persist_tier)].tier;
-  std::vector<JournalRecord> live;  // the last record of each key, when it is a put
-  uint64_t ignored_bytes = 0;
-  if (Result<BlockJournal::Contents> read = BlockJournal::Read(po.journal_path); read.ok()) {
-    ignored_bytes = read->ignored_bytes;
-    std::unordered_map<BlockKey, std::size_t, BlockKeyHash> last;
-    for (std::size_t i = 0; i < read->records.size(); ++i) last[read->records[i].key] = i;
-    for (std::size_t i = 0; i < read->records.size(); ++i) {
-      const JournalRecord& r = read->records[i];
-      if (last[r.key] == i && r.kind == JournalRecord::Kind::kPut) live.push_back(r);
-    }
-  } else if (read.status().code() != StatusCode::kNotFound) {
+namespace {
+
+// Recovery verifies journaled blocks this many (or this many bytes) per ReadBatch.
+constexpr std::size_t kRecoveryBatch = 64;
+constexpr std::size_t kRecoveryBatchBytes = 64u << 20;
+
+// What recovery starts from: the last record of each key in the journal, when it is a put
+// (none when there is no journal yet).
+struct LiveRecords {
+  std::vector<JournalRecord> records;
+  uint64_t ignored_bytes = 0;  // of a torn or corrupt tail
+};
+
+Result<LiveRecords> ReadLiveRecords(const std::string& journal_path) {
+  LiveRecords live;
+  Result<BlockJournal::Contents> read = BlockJournal::Read(journal_path);
+  if (!read.ok()) {
+    if (read.status().code() == StatusCode::kNotFound) return live;
     return read.status().WithContext("store: persistence");
   }
-  // Parents first: walk up from each block to the first one already ordered. A parent
-  // the journal does not list (or a cycle, which only a forged journal holds) fails below.
+  live.ignored_bytes = read->ignored_bytes;
+  std::unordered_map<BlockKey, std::size_t, BlockKeyHash> last;
+  for (std::size_t i = 0; i < read->records.size(); ++i) last[read->records[i].key] = i;
+  for (std::size_t i = 0; i < read->records.size(); ++i) {
+    const JournalRecord& r = read->records[i];
+    if (last[r.key] == i && r.kind == JournalRecord::Kind::kPut) live.records.push_back(r);
+  }
+  return live;
+}
+
+// Indexes into `live`, parents first: walks up from each block to the first one already
+// ordered. A parent the journal does not list (or a cycle, which only a forged journal holds)
+// fails when the blocks are indexed.
+std::vector<std::size_t> ParentsFirst(std::span<const JournalRecord> live) {
   std::unordered_map<BlockKey, std::size_t, BlockKeyHash> by_key;
   for (std::size_t i = 0; i < live.size(); ++i) by_key[live[i].key] = i;
   std::vector<std::size_t> order;
@@ -100,70 +109,100 @@ Status TieredStore::Impl::Recover() {
     }
     order.insert(order.end(), up.rbegin(), up.rend());
   }
-  // Present at the journaled size and, with verify_checksums, read back intact.
+  return order;
+}
+
+// Whether each live block is in `tier` at its journaled size and, with `verify_checksums`,
+// reads back intact (in batches: one ReadBatch per kRecoveryBatch blocks or
+// kRecoveryBatchBytes).
+std::vector<bool> FindIntact(Tier& tier, std::span<const JournalRecord> live, std::span<const std::size_t> order,
+                             bool verify_checksums) {
   std::vector<bool> intact(live.size());
   for (std::size_t i : order) intact[i] = tier.Size(live[i].key) == live[i].bytes;
-  if (po.verify_checksums) {
-    std::vector<std::byte> buffer;
-    std::vector<Tier::ReadOp> ops;
-    std::vector<std::size_t> batch;
-    auto verify = [&] {
-      std::size_t at = 0;
-      for (std::size_t k = 0; k < batch.size(); ++k) {
-        ops.push_back({live[batch[k]].key, std::span(buffer).subspan(at, live[batch[k]].bytes)});
-        at += live[batch[k]].bytes;
-      }
-      const std::vector<Result<std::size_t>> got = tier.ReadBatch(ops);
-      for (std::size_t k = 0; k < batch.size(); ++k) intact[batch[k]] = got[k].ok() && *got[k] == ops[k].out.size();
-      ops.clear();
-      batch.clear();
-    };
-    std::size_t batch_bytes = 0;
-    for (std::size_t i : order) {
-      if (!intact[i]) continue;
-      if (!batch.empty() && (batch.size() == kRecoveryBatch || batch_bytes + live[i].bytes > kRecoveryBatchBytes)) {
-        verify();
-        batch_bytes = 0;
-      }
-      batch.push_back(i);
-      batch_bytes += live[i].bytes;
-      if (buffer.size() < batch_bytes) buffer.resize(batch_bytes);
+  if (!verify_checksums) return intact;
+  std::vector<std::byte> buffer;
+  std::vector<Tier::ReadOp> ops;
+  std::vector<std::size_t> batch;
+  auto verify = [&] {
+    std::size_t at = 0;
+    for (std::size_t k = 0; k < batch.size(); ++k) {
+      ops.push_back({live[batch[k]].key, std::span(buffer).subspan(at, live[batch[k]].bytes)});
+      at += live[batch[k]].bytes;
     }
-    if (!batch.empty()) verify();
+    const std::vector<Result<std::size_t>> got = tier.ReadBatch(ops);
+    for (std::size_t k = 0; k < batch.size(); ++k) intact[batch[k]] = got[k].ok() && *got[k] == ops[k].out.size();
+    ops.clear();
+    batch.clear();
+  };
+  std::size_t batch_bytes = 0;
+  for (std::size_t i : order) {
+    if (!intact[i]) continue;
+    if (!batch.empty() && (batch.size() == kRecoveryBatch || batch_bytes + live[i].bytes > kRecoveryBatchBytes)) {
+      verify();
+      batch_bytes = 0;
+    }
+    batch.push_back(i);
+    batch_bytes += live[i].bytes;
+    if (buffer.size() < batch_bytes) buffer.resize(batch_bytes);
   }
+  if (!batch.empty()) verify();
+  return intact;
+}
+
+}  // namespace
+
+Status TieredStore::Impl::Recover() {
+  const PersistenceOptions& po = *options.persistence;
+  Tier& tier = *tier_state(persist_tier).tier;
+  KVTIER_ASSIGN_OR_RETURN(const LiveRecords live, ReadLiveRecords(po.journal_path));
+  const std::vector<std::size_t> order = ParentsFirst(live.records);
+  std::vector<bool> intact = FindIntact(tier, live.records, order, po.verify_checksums);
   std::vector<JournalRecord> recovered;
   {
     std::lock_guard lock(mu_);
-    for (std::size_t i : order) {
-      const JournalRecord& r = live[i];
-      if (!intact[i] || (r.parent && !blocks.contains(*r.parent))) {
-        intact[i] = false;
-        continue;
-      }
-      const BlockMeta meta{.size_bytes = r.bytes, .type = r.type, .transition = r.transition};
-      uint64_t tokens_before = 0;
-      if (r.parent) tokens_before = blocks[*r.parent].tokens_before + blocks[*r.parent].tokens;
-      if (!index.Insert({&r.key, 1}, {&meta, 1}, static_cast<uint64_t>(Now() * 1e6), r.parent).ok()) {
-        intact[i] = false;  // listed twice under different parents: only a forged journal does that
-        continue;
-      }
-      const Block b{.tokens = r.tokens,
-                    .tokens_before = tokens_before,
-                    .recompute_s = RecomputeSeconds(r.recompute_seconds, r.tokens, tokens_before)};
-      blocks[r.key] = b;
-      AddToTierLocked(r.key, persist_tier, meta, b);
-      if (r.parent) RefreshEvictableLocked(*r.parent);
-      RefreshEvictableLocked(r.key);
-      recovered.push_back(r);
-    }
-    stats.journal_ignored_bytes = ignored_bytes;
+    recovered = IndexRecoveredLocked(live.records, order, intact);
+    stats.journal_ignored_bytes = live.ignored_bytes;
     stats.recovered_blocks = recovered.size();
-    stats.recovery_dropped_blocks = live.size() - recovered.size();
+    stats.recovery_dropped_blocks = live.records.size() - recovered.size();
   }
   // What was not recovered leaves the tier too (a block whose parent was dropped is of no use).
-  for (std::size_t i = 0; i < live.size(); ++i) {
-    if (!intact[i]) (void)tier.Evict(live[i].key);
+  for (std::size_t i = 0; i < live.records.size(); ++i) {
+    if (!intact[i]) (void)tier.Evict(live.records[i].key);
   }
+  return OpenCompactedJournal(recovered);
+}
+
+std::vector<JournalRecord> TieredStore::Impl::IndexRecoveredLocked(std::span<const JournalRecord> live,
+                                                                   std::span<const std::size_t> order,
+                                                                   std::vector<bool>& intact) {
+  std::vector<JournalRecord> recovered;
+  for (std::size_t i : order) {
+    const JournalRecord& r = live[i];
+    if (!intact[i] || (r.parent && !blocks.contains(*r.parent))) {
+      intact[i] = false;
+      continue;
+    }
+    const BlockMeta meta{.size_bytes = r.bytes, .type = r.type, .transition = r.transition};
+    uint64_t tokens_before = 0;
+    if (r.parent) tokens_before = blocks[*r.parent].tokens_before + blocks[*r.parent].tokens;
+    if (!index.Insert({&r.key, 1}, {&meta, 1}, static_cast<uint64_t>(Now() * 1e6), r.parent).ok()) {
+      intact[i] = false;  // listed twice under different parents: only a forged journal does that
+      continue;
+    }
+    const Block b{.tokens = r.tokens,
+                  .tokens_before = tokens_before,
+                  .recompute_s = RecomputeSeconds(r.recompute_seconds, r.tokens, tokens_before)};
+    blocks[r.key] = b;
+    AddToTierLocked(r.key, persist_tier, meta, b);
+    if (r.parent) RefreshEvictableLocked(*r.parent);
+    RefreshEvictableLocked(r.key);
+    recovered.push_back(r);
+  }
+  return recovered;
+}
+
+Status TieredStore::Impl::OpenCompactedJournal(std::span<const JournalRecord> recovered) {
+  const PersistenceOptions& po = *options.persistence;
   Result<std::unique_ptr<BlockJournal>> compacted = BlockJournal::Create(po.journal_path, recovered, po.sync);
   if (compacted.ok()) {
     journal = std::move(*compacted);

@@ -286,6 +286,14 @@ struct TieredStore::Impl {
   // Open: indexes the blocks the journal lists that the persist tier still holds intact,
   // parents first, then compacts the journal to them.
   Status Recover();
+  // Recover's steps: indexes the intact blocks of `live` in `order` (parents first) as held by
+  // the persist tier, marking those it cannot index not intact (their parent was not
+  // recovered, or a forged journal lists them twice); returns their records.
+  std::vector<JournalRecord> IndexRecoveredLocked(std::span<const JournalRecord> live,
+                                                  std::span<const std::size_t> order, std::vector<bool>& intact);
+  // Replaces the journal with one that lists `recovered` only; on a disk too full for that,
+  // goes on with the journal as it is.
+  Status OpenCompactedJournal(std::span<const JournalRecord> recovered);
   Status Flush();
 };
 
