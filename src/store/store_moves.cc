@@ -43,7 +43,7 @@ void TieredStore::Impl::KickRebalances() {
   {
     std::lock_guard lock(mu_);
     for (int t = 0; t <= last_tier(); ++t) {
-      TierState& ts = tiers[static_cast<std::size_t>(t)];
+      TierState& ts = tier_state(t);
       if (OverHighWatermarkLocked(t) && !ts.rebalance_queued) {
         ts.rebalance_queued = true;
         due.push_back(t);
@@ -277,7 +277,7 @@ Result<bool> TieredStore::Impl::SplitOut(const BlockKey& key, const BlockMeta& m
   const HeadUnitMask upper = lower.Complement();
   std::vector<std::byte> kept(layout.PackedBytes(upper));
   KVTIER_RETURN_IF_ERROR(PackUnitsInto(layout, block, upper, kept));
-  Tier& here = *tiers[static_cast<std::size_t>(t)].tier;
+  Tier& here = *tier_state(t).tier;
   (void)here.Evict(key);
   if (here.Write(key, kept).ok()) return true;
   // No room for the part here: the block goes down whole, or failing that back up whole.
@@ -316,7 +316,7 @@ void TieredStore::Impl::PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefe
       it->second.moving = false;
       if (placed.ok() && *placed >= 0) {
         AddToTierLocked(key, *placed, meta, it->second);
-        ++tiers[static_cast<std::size_t>(*placed)].stats.promotions;
+        ++tier_state(*placed).stats.promotions;
         if (prefetch && *placed == 0) {
           it->second.prefetched = true;
           prefetch_window->OnPrefetched(1, meta.size_bytes);

@@ -9,7 +9,7 @@ Result<int> TieredStore::Impl::Place(const BlockKey& key, const BlockMeta& meta,
                                      std::span<const std::byte> payload, int end) {
   Status last_error = Status::Ok();
   for (int t = 0; t < end; ++t) {
-    TierState& ts = tiers[static_cast<std::size_t>(t)];
+    TierState& ts = tier_state(t);
     {
       std::lock_guard lock(mu_);
       const bool full = ts.capacity > 0 && ts.used + meta.size_bytes > ts.capacity;

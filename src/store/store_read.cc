@@ -27,8 +27,8 @@ LookupResult TieredStore::Impl::Lookup(std::span<const BlockKey> keys) {
       auto it = blocks.find(key);
       const uint64_t tokens = it == blocks.end() ? 0 : it->second.tokens;
       const uint64_t before = it == blocks.end() ? 0 : it->second.tokens_before;
-      result.decisions.push_back(DecideLoad(*options.cost_model, tiers[static_cast<std::size_t>(t)].cost,
-                                            info->meta.size_bytes, tokens, before));
+      result.decisions.push_back(
+          DecideLoad(*options.cost_model, tier_state(t).cost, info->meta.size_bytes, tokens, before));
     }
     previous = key;
   }

@@ -13,7 +13,7 @@ constexpr uint32_t kReclaimBlocks = 8;  // blocks' worth a full tier frees past 
 
 std::pair<int, BlockKey> TieredStore::Impl::ForgetSplitLocked(const BlockKey& key, Block& b) {
   const Block::Split split = *b.split;
-  TierState& lower = tiers[static_cast<std::size_t>(split.lower_tier)];
+  TierState& lower = tier_state(split.lower_tier);
   lower.used -= std::min<uint64_t>(lower.used, split.lower_bytes);
   b.split.reset();
   return {split.lower_tier, PartKey(key)};
@@ -30,13 +30,13 @@ void TieredStore::Impl::RefreshEvictableLocked(const BlockKey& key) {
   if (!info || it == blocks.end()) return;
   for (int t = 0; t <= last_tier(); ++t) {
     if (info->meta.tiers & (1u << t)) {
-      tiers[static_cast<std::size_t>(t)].policy->SetEvictable(key, EvictableLocked(*info, it->second, t));
+      tier_state(t).policy->SetEvictable(key, EvictableLocked(*info, it->second, t));
     }
   }
 }
 
 void TieredStore::Impl::AddToTierLocked(const BlockKey& key, int t, const BlockMeta& meta, const Block& b) {
-  TierState& ts = tiers[static_cast<std::size_t>(t)];
+  TierState& ts = tier_state(t);
   (void)index.SetTier(key, t, true);
   ts.used += meta.size_bytes;
   ++ts.blocks;
@@ -47,12 +47,12 @@ void TieredStore::Impl::TellExpectedLocked(const BlockKey& key, std::optional<ui
   const std::optional<BlockInfo> info = index.Find(key);
   if (!info) return;
   for (int t = 0; t <= last_tier(); ++t) {
-    if (info->meta.tiers & (1u << t)) tiers[static_cast<std::size_t>(t)].policy->Expect(key, order);
+    if (info->meta.tiers & (1u << t)) tier_state(t).policy->Expect(key, order);
   }
 }
 
 void TieredStore::Impl::RemoveFromTierLocked(const BlockKey& key, int t, uint32_t bytes) {
-  TierState& ts = tiers[static_cast<std::size_t>(t)];
+  TierState& ts = tier_state(t);
   (void)index.SetTier(key, t, false);
   ts.used -= std::min<uint64_t>(ts.used, bytes);
   if (ts.blocks > 0) --ts.blocks;
@@ -75,12 +75,12 @@ void TieredStore::Impl::ForgetLocked(const BlockKey& key) {
 }
 
 bool TieredStore::Impl::OverHighWatermarkLocked(int t) const {
-  const TierState& ts = tiers[static_cast<std::size_t>(t)];
+  const TierState& ts = tier_state(t);
   return ts.capacity > 0 && static_cast<double>(ts.used) > options.high_watermark * static_cast<double>(ts.capacity);
 }
 
 Status TieredStore::Impl::WriteTo(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes) {
-  TierState& ts = tiers[static_cast<std::size_t>(t)];
+  TierState& ts = tier_state(t);
   if (t == persist_tier) KVTIER_RETURN_IF_ERROR(JournalPuts({&key, 1}));
   if (!options.metadata_only) return ts.tier->Write(key, payload);
   std::lock_guard lock(mu_);
@@ -99,13 +99,13 @@ std::vector<Status> TieredStore::Impl::WriteBatchTo(int t, std::span<const Tier:
 
 Status TieredStore::Impl::ReadFrom(int t, const BlockKey& key, std::span<std::byte> out) {
   if (options.metadata_only) return Status::Ok();
-  KVTIER_ASSIGN_OR_RETURN(std::size_t n, tiers[static_cast<std::size_t>(t)].tier->Read(key, out));
+  KVTIER_ASSIGN_OR_RETURN(std::size_t n, tier_state(t).tier->Read(key, out));
   if (n != out.size()) return Status::NotFound("block " + key.ToHex() + " changed while it was read");
   return Status::Ok();
 }
 
 void TieredStore::Impl::EvictFrom(int t, const BlockKey& key) {
-  if (!options.metadata_only) (void)tiers[static_cast<std::size_t>(t)].tier->Evict(key);
+  if (!options.metadata_only) (void)tier_state(t).tier->Evict(key);
   // After the eviction: a crash between the two leaves a put record whose block recovery
   // does not find (dropped then), never a block in the tier that no record lists.
   if (t == persist_tier) {

@@ -100,6 +100,7 @@ struct TieredStore::Impl {
   double Now() const { return clock(); }
   int last_tier() const { return static_cast<int>(tiers.size()) - 1; }
   TierState& tier_state(int t) { return tiers[static_cast<std::size_t>(t)]; }
+  const TierState& tier_state(int t) const { return tiers[static_cast<std::size_t>(t)]; }
   bool write_through() const {
     return journal != nullptr && options.persistence->mode == PersistenceOptions::PersistMode::kWriteThrough;
   }

@@ -134,7 +134,7 @@ void TieredStore::Retag(std::span<const BlockTags> updates) {
     // Policies take a block's tags when it is admitted: re-admit it where it is resident.
     for (int t = 0; t <= s.last_tier(); ++t) {
       if ((info->meta.tiers & (1u << t)) == 0) continue;
-      EvictionPolicy& policy = *s.tiers[static_cast<std::size_t>(t)].policy;
+      EvictionPolicy& policy = *s.tier_state(t).policy;
       policy.Remove(u.key, s.Now());
       policy.Admit(s.Resident(u.key, info->meta, it->second), s.Now());
     }
