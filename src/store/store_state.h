@@ -277,6 +277,9 @@ struct TieredStore::Impl {
   Status ReadGathered(const BlockKey& key, int t, const std::optional<Block::Split>& split, std::span<std::byte> out);
 
   // --- Persistence (store_persist.cc) -----------------------------------------------------
+  // Journals blocks about to be written into the persist tier, before the write: a crash
+  // between the two leaves a record whose block recovery does not find (and drops), never a
+  // block in the tier that no record lists. NotFound when a block left the store meanwhile.
   Status JournalPuts(std::span<const BlockKey> keys);
   // Writes a new block into the persist tier (journaled by WriteTo), making room there the
   // way Place does. The persist tier's policy is not asked to admit it: it only picks victims.
