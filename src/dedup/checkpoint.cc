@@ -12,6 +12,7 @@
 
 #include "dedup/checkpoint_format.h"
 #include "dedup/checkpoint_internal.h"
+#include "util/little_endian.h"
 #include "util/posix_file.h"
 
 namespace kvtier {
@@ -42,9 +43,8 @@ class ChecksummedWriter {
 
   // Appends the checksum of everything appended so far, and writes out the buffer.
   Status Finish() {
-    uint64_t checksum = XXH3_64bits_digest(state_.get());
     std::array<std::byte, fmt::kTrailerBytes> trailer;
-    for (std::size_t i = 0; i < trailer.size(); ++i) trailer[i] = static_cast<std::byte>(checksum >> (8 * i));
+    little_endian::PutU64(trailer.data(), XXH3_64bits_digest(state_.get()));
     buffer_.insert(buffer_.end(), trailer.begin(), trailer.end());
     return Flush();
   }

@@ -1,70 +1,38 @@
 #include "dedup/checkpoint_format.h"
 
-#include <algorithm>
+#include "util/little_endian.h"
 
 namespace kvtier::checkpoint_format {
-namespace {
 
-// Appends fixed-width little-endian fields to a fixed-size record.
-template <std::size_t N>
-class RecordWriter {
- public:
-  void U8(uint8_t value) { bytes_[at_++] = std::byte{value}; }
-  void U32(uint32_t value) { Store(value, 4); }
-  void U64(uint64_t value) { Store(value, 8); }
-  void Bytes(std::span<const std::byte> value) {
-    std::ranges::copy(value, bytes_.begin() + static_cast<std::ptrdiff_t>(at_));
-    at_ += value.size();
-  }
-  std::array<std::byte, N> Done() const { return bytes_; }
-
- private:
-  void Store(uint64_t value, std::size_t width) {
-    for (std::size_t i = 0; i < width; ++i) bytes_[at_++] = static_cast<std::byte>(value >> (8 * i));
-  }
-
-  std::array<std::byte, N> bytes_{};
-  std::size_t at_ = 0;
-};
-
-}  // namespace
-
-uint32_t LoadU32(std::span<const std::byte> bytes) {
-  uint32_t value = 0;
-  for (std::size_t i = 0; i < 4; ++i) value |= std::to_integer<uint32_t>(bytes[i]) << (8 * i);
-  return value;
-}
-
-uint64_t LoadU64(std::span<const std::byte> bytes) {
-  uint64_t value = 0;
-  for (std::size_t i = 0; i < 8; ++i) value |= std::to_integer<uint64_t>(bytes[i]) << (8 * i);
-  return value;
-}
+using little_endian::GetU32;
+using little_endian::GetU64;
 
 std::array<std::byte, kHeaderBytes> EncodeHeader(const Header& header) {
-  RecordWriter<kHeaderBytes> out;
+  std::array<std::byte, kHeaderBytes> bytes{};
+  little_endian::Writer out(bytes);
   out.Bytes(kMagic);
   out.U32(header.version);
   out.U32(header.flags);
   out.U64(header.file_bytes);
   out.U64(header.block_count);
   out.U64(header.payload_count);
-  return out.Done();
+  return bytes;
 }
 
 Header DecodeHeader(std::span<const std::byte, kHeaderBytes> bytes) {
   Header header;
-  header.version = LoadU32(bytes.subspan(8));
-  header.flags = LoadU32(bytes.subspan(12));
-  header.file_bytes = LoadU64(bytes.subspan(16));
-  header.block_count = LoadU64(bytes.subspan(24));
-  header.payload_count = LoadU64(bytes.subspan(32));
+  header.version = GetU32(bytes.data() + 8);
+  header.flags = GetU32(bytes.data() + 12);
+  header.file_bytes = GetU64(bytes.data() + 16);
+  header.block_count = GetU64(bytes.data() + 24);
+  header.payload_count = GetU64(bytes.data() + 32);
   return header;
 }
 
 std::array<std::byte, kBlockRecordBytes> EncodeBlockRecord(const BlockRecord& record) {
   const BlockKey parent = record.parent.value_or(BlockKey{});
-  RecordWriter<kBlockRecordBytes> out;
+  std::array<std::byte, kBlockRecordBytes> bytes{};
+  little_endian::Writer out(bytes);
   out.U64(record.key.hi);
   out.U64(record.key.lo);
   out.U64(parent.hi);
@@ -78,7 +46,7 @@ std::array<std::byte, kBlockRecordBytes> EncodeBlockRecord(const BlockRecord& re
   out.U8(static_cast<uint8_t>(record.meta.transition));
   out.U8(record.meta.tiers);
   out.U32(0);  // reserved
-  return out.Done();
+  return bytes;
 }
 
 std::optional<BlockRecord> DecodeBlockRecord(std::span<const std::byte, kBlockRecordBytes> bytes) {
@@ -86,22 +54,22 @@ std::optional<BlockRecord> DecodeBlockRecord(std::span<const std::byte, kBlockRe
   const uint8_t flags = u8(56);
   const uint8_t type = u8(57);
   const uint8_t transition = u8(58);
-  if ((flags & ~kHasParent) != 0 || LoadU32(bytes.subspan(60)) != 0) return std::nullopt;
+  if ((flags & ~kHasParent) != 0 || GetU32(bytes.data() + 60) != 0) return std::nullopt;
   if (type > static_cast<uint8_t>(BlockType::kIntermediateReasoning)) return std::nullopt;
   if (transition > static_cast<uint8_t>(TransitionType::kAgentHandoff)) return std::nullopt;
 
   BlockRecord record;
-  record.key = {LoadU64(bytes.subspan(0)), LoadU64(bytes.subspan(8))};
-  const BlockKey parent{LoadU64(bytes.subspan(16)), LoadU64(bytes.subspan(24))};
+  record.key = {GetU64(bytes.data() + 0), GetU64(bytes.data() + 8)};
+  const BlockKey parent{GetU64(bytes.data() + 16), GetU64(bytes.data() + 24)};
   if ((flags & kHasParent) != 0) {
     record.parent = parent;
   } else if (parent != BlockKey{}) {
     return std::nullopt;
   }
-  record.meta.fingerprint = LoadU64(bytes.subspan(32));
-  record.last_access = LoadU64(bytes.subspan(40));
-  record.meta.size_bytes = LoadU32(bytes.subspan(48));
-  record.payload = LoadU32(bytes.subspan(52));
+  record.meta.fingerprint = GetU64(bytes.data() + 32);
+  record.last_access = GetU64(bytes.data() + 40);
+  record.meta.size_bytes = GetU32(bytes.data() + 48);
+  record.payload = GetU32(bytes.data() + 52);
   record.meta.type = static_cast<BlockType>(type);
   record.meta.transition = static_cast<TransitionType>(transition);
   record.meta.tiers = u8(59);
@@ -109,14 +77,15 @@ std::optional<BlockRecord> DecodeBlockRecord(std::span<const std::byte, kBlockRe
 }
 
 std::array<std::byte, kPayloadRecordHeaderBytes> EncodePayloadRecordHeader(const PayloadRecordHeader& record) {
-  RecordWriter<kPayloadRecordHeaderBytes> out;
+  std::array<std::byte, kPayloadRecordHeaderBytes> bytes{};
+  little_endian::Writer out(bytes);
   out.U64(record.length);
   out.U64(record.checksum);
-  return out.Done();
+  return bytes;
 }
 
 PayloadRecordHeader DecodePayloadRecordHeader(std::span<const std::byte, kPayloadRecordHeaderBytes> bytes) {
-  return {LoadU64(bytes.subspan(0)), LoadU64(bytes.subspan(8))};
+  return {GetU64(bytes.data() + 0), GetU64(bytes.data() + 8)};
 }
 
 }  // namespace kvtier::checkpoint_format

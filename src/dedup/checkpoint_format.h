@@ -60,7 +60,4 @@ Header DecodeHeader(std::span<const std::byte, kHeaderBytes> bytes);
 std::optional<BlockRecord> DecodeBlockRecord(std::span<const std::byte, kBlockRecordBytes> bytes);
 PayloadRecordHeader DecodePayloadRecordHeader(std::span<const std::byte, kPayloadRecordHeaderBytes> bytes);
 
-uint32_t LoadU32(std::span<const std::byte> bytes);  // little-endian, from bytes[0..4)
-uint64_t LoadU64(std::span<const std::byte> bytes);  // little-endian, from bytes[0..8)
-
 }  // namespace kvtier::checkpoint_format

@@ -14,6 +14,7 @@
 #include "dedup/checkpoint_format.h"
 #include "dedup/checkpoint_internal.h"
 #include "kvtier/checkpoint.h"
+#include "util/little_endian.h"
 #include "util/posix_file.h"
 
 namespace kvtier {
@@ -103,7 +104,7 @@ Result<Parsed> Parse(std::span<const std::byte> file) {
   // otherwise send the parser anywhere.
   if (file.size() < fmt::kHeaderBytes + fmt::kTrailerBytes) return Status::Corruption("no room for the trailer");
   const std::span<const std::byte> body = file.first(file.size() - fmt::kTrailerBytes);
-  const uint64_t recorded = fmt::LoadU64(file.last(fmt::kTrailerBytes));
+  const uint64_t recorded = little_endian::GetU64(file.last(fmt::kTrailerBytes).data());
   if (const uint64_t actual = PayloadChecksum(body); actual != recorded) {
     return Status::Corruption("file checksum mismatch (trailer says xxh3-64 " + Hex64(recorded) + ", contents hash to " +
                               Hex64(actual) + "): the file is damaged");

@@ -10,21 +10,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dedup/checkpoint_format.h"
+#include "util/little_endian.h"
 
 namespace kvtier {
 namespace {
 
-using checkpoint_format::LoadU32;
-using checkpoint_format::LoadU64;
+using little_endian::GetU32;
+using little_endian::GetU64;
+using little_endian::PutU32;
+using little_endian::PutU64;
 
 constexpr std::array<std::byte, 8> kMagic = {std::byte{'K'}, std::byte{'V'}, std::byte{'T'}, std::byte{'I'},
                                              std::byte{'E'}, std::byte{'R'}, std::byte{'J'}, std::byte{'L'}};
 constexpr uint8_t kHasParent = 0x01;
-
-void StoreLe(std::byte* out, uint64_t value, std::size_t width) {
-  for (std::size_t i = 0; i < width; ++i) out[i] = static_cast<std::byte>(value >> (8 * i));
-}
 
 void Encode(const JournalRecord& r, std::byte* out) {
   std::byte* body = out + 12;
@@ -32,35 +30,35 @@ void Encode(const JournalRecord& r, std::byte* out) {
   body[1] = std::byte{r.parent ? kHasParent : uint8_t{0}};
   body[2] = std::byte{static_cast<uint8_t>(r.type)};
   body[3] = std::byte{static_cast<uint8_t>(r.transition)};
-  StoreLe(body + 4, r.tokens, 4);
-  StoreLe(body + 8, r.bytes, 4);
-  StoreLe(body + 12, r.key.hi, 8);
-  StoreLe(body + 20, r.key.lo, 8);
-  StoreLe(body + 28, r.parent ? r.parent->hi : 0, 8);
-  StoreLe(body + 36, r.parent ? r.parent->lo : 0, 8);
-  StoreLe(body + 44, std::bit_cast<uint64_t>(r.recompute_seconds), 8);
-  StoreLe(out, BlockJournal::kRecordBodyBytes, 4);
-  StoreLe(out + 4, PayloadChecksum({body, BlockJournal::kRecordBodyBytes}), 8);
+  PutU32(body + 4, r.tokens);
+  PutU32(body + 8, r.bytes);
+  PutU64(body + 12, r.key.hi);
+  PutU64(body + 20, r.key.lo);
+  PutU64(body + 28, r.parent ? r.parent->hi : 0);
+  PutU64(body + 36, r.parent ? r.parent->lo : 0);
+  PutU64(body + 44, std::bit_cast<uint64_t>(r.recompute_seconds));
+  PutU32(out, static_cast<uint32_t>(BlockJournal::kRecordBodyBytes));
+  PutU64(out + 4, PayloadChecksum({body, BlockJournal::kRecordBodyBytes}));
 }
 
 // nullopt for a record that is torn, fails its checksum, or holds values no writer writes.
 std::optional<JournalRecord> Decode(std::span<const std::byte> in) {
-  if (in.size() < BlockJournal::kRecordBytes || LoadU32(in) != BlockJournal::kRecordBodyBytes) return std::nullopt;
+  if (in.size() < BlockJournal::kRecordBytes || GetU32(in.data()) != BlockJournal::kRecordBodyBytes) return std::nullopt;
   const std::span<const std::byte> body = in.subspan(12, BlockJournal::kRecordBodyBytes);
-  if (LoadU64(in.subspan(4)) != PayloadChecksum(body)) return std::nullopt;
+  if (GetU64(in.data() + 4) != PayloadChecksum(body)) return std::nullopt;
   const auto kind = std::to_integer<uint8_t>(body[0]);
   const auto flags = std::to_integer<uint8_t>(body[1]);
   const auto type = std::to_integer<uint8_t>(body[2]);
   const auto transition = std::to_integer<uint8_t>(body[3]);
   if (kind < 1 || kind > 2 || (flags & ~kHasParent) != 0 || type > 3 || transition > 3) return std::nullopt;
   JournalRecord r{.kind = static_cast<JournalRecord::Kind>(kind),
-                  .key = {LoadU64(body.subspan(12)), LoadU64(body.subspan(20))},
-                  .tokens = LoadU32(body.subspan(4)),
-                  .bytes = LoadU32(body.subspan(8)),
+                  .key = {GetU64(body.data() + 12), GetU64(body.data() + 20)},
+                  .tokens = GetU32(body.data() + 4),
+                  .bytes = GetU32(body.data() + 8),
                   .type = static_cast<BlockType>(type),
                   .transition = static_cast<TransitionType>(transition),
-                  .recompute_seconds = std::bit_cast<double>(LoadU64(body.subspan(44)))};
-  if (flags & kHasParent) r.parent = BlockKey{LoadU64(body.subspan(28)), LoadU64(body.subspan(36))};
+                  .recompute_seconds = std::bit_cast<double>(GetU64(body.data() + 44))};
+  if (flags & kHasParent) r.parent = BlockKey{GetU64(body.data() + 28), GetU64(body.data() + 36)};
   return r;
 }
 
@@ -102,7 +100,7 @@ Result<BlockJournal::Contents> BlockJournal::Read(const std::string& path) {
     return Status::Corruption(path +
                               ": not a kvtier block journal (bad magic); move it away or set another journal_path");
   }
-  if (const uint32_t version = LoadU32(std::span(file).subspan(8)); version != kVersion) {
+  if (const uint32_t version = GetU32(file.data() + 8); version != kVersion) {
     return Status::Corruption(path + ": block journal version " + std::to_string(version) + ", this build reads " +
                               std::to_string(kVersion));
   }
@@ -125,7 +123,7 @@ Result<std::unique_ptr<BlockJournal>> BlockJournal::Create(const std::string& pa
   if (!fd.valid()) return ErrnoStatus(temp, "open", errno);
   std::vector<std::byte> bytes(kHeaderBytes);
   std::copy(kMagic.begin(), kMagic.end(), bytes.begin());
-  StoreLe(bytes.data() + 8, kVersion, 4);
+  PutU32(bytes.data() + 8, kVersion);
   const std::vector<std::byte> body = EncodeAll(records);
   bytes.insert(bytes.end(), body.begin(), body.end());
   KVTIER_RETURN_IF_ERROR(PwriteAll(fd.get(), temp, bytes, 0));

@@ -19,10 +19,10 @@
 #include <system_error>
 #include <thread>
 
+#include "util/little_endian.h"
+
 namespace kvtier {
 namespace {
-
-static_assert(std::endian::native == std::endian::little, "the slot header is written in host order");
 
 // On disk: do not change (nvme_tier.h has the layout).
 constexpr uint64_t kMagic = 0x32454D564E54564Bull;       // "KVTNVME2" as little-endian bytes
@@ -37,18 +37,10 @@ constexpr std::size_t kRecoveryBatch = 256;              // slot headers read pe
 constexpr unsigned kRings = 4;               // concurrent batches in flight before one waits
 constexpr int kReadAttempts = 3;             // reads that race with a slot's reuse retry
 
-void Put64(std::byte* at, uint64_t value) { std::memcpy(at, &value, sizeof value); }
-void Put32(std::byte* at, uint32_t value) { std::memcpy(at, &value, sizeof value); }
-uint64_t Get64(const std::byte* at) {
-  uint64_t value = 0;
-  std::memcpy(&value, at, sizeof value);
-  return value;
-}
-uint32_t Get32(const std::byte* at) {
-  uint32_t value = 0;
-  std::memcpy(&value, at, sizeof value);
-  return value;
-}
+using little_endian::GetU32;
+using little_endian::GetU64;
+using little_endian::PutU32;
+using little_endian::PutU64;
 
 struct Header {
   BlockKey key;
@@ -72,55 +64,55 @@ struct Superblock {
 // Writes the header into the first kHeaderBytes of `slot` (zeroing the rest of them).
 void EncodeHeader(const Header& h, std::byte* slot) {
   std::memset(slot, 0, NvmeTier::kHeaderBytes);
-  Put64(slot + 0, kMagic);
-  Put32(slot + 8, kVersion);
-  Put32(slot + 12, static_cast<uint32_t>(NvmeTier::kHeaderBytes));
-  Put64(slot + 16, h.key.hi);
-  Put64(slot + 24, h.key.lo);
-  Put64(slot + 32, h.size);
-  Put64(slot + 40, h.checksum);
-  Put64(slot + 48, h.generation);
-  Put64(slot + 56, h.format_id);
-  Put64(slot + kHeaderChecked, PayloadChecksum({slot, kHeaderChecked}));
+  PutU64(slot + 0, kMagic);
+  PutU32(slot + 8, kVersion);
+  PutU32(slot + 12, static_cast<uint32_t>(NvmeTier::kHeaderBytes));
+  PutU64(slot + 16, h.key.hi);
+  PutU64(slot + 24, h.key.lo);
+  PutU64(slot + 32, h.size);
+  PutU64(slot + 40, h.checksum);
+  PutU64(slot + 48, h.generation);
+  PutU64(slot + 56, h.format_id);
+  PutU64(slot + kHeaderChecked, PayloadChecksum({slot, kHeaderChecked}));
 }
 
 std::optional<Header> DecodeHeader(const std::byte* slot) {
-  if (Get64(slot) != kMagic || Get32(slot + 8) != kVersion || Get32(slot + 12) != NvmeTier::kHeaderBytes ||
-      Get64(slot + kHeaderChecked) != PayloadChecksum({slot, kHeaderChecked})) {
+  if (GetU64(slot) != kMagic || GetU32(slot + 8) != kVersion || GetU32(slot + 12) != NvmeTier::kHeaderBytes ||
+      GetU64(slot + kHeaderChecked) != PayloadChecksum({slot, kHeaderChecked})) {
     return std::nullopt;
   }
-  return Header{.key = {Get64(slot + 16), Get64(slot + 24)},
-                .size = Get64(slot + 32),
-                .checksum = Get64(slot + 40),
-                .generation = Get64(slot + 48),
-                .format_id = Get64(slot + 56)};
+  return Header{.key = {GetU64(slot + 16), GetU64(slot + 24)},
+                .size = GetU64(slot + 32),
+                .checksum = GetU64(slot + 40),
+                .generation = GetU64(slot + 48),
+                .format_id = GetU64(slot + 56)};
 }
 
 void EncodeSuperblock(const Superblock& sb, std::byte* page) {
   std::memset(page, 0, NvmeTier::kSuperblockBytes);
-  Put64(page + 0, kSuperMagic);
-  Put32(page + 8, kSuperVersion);
-  Put32(page + 12, sb.file_index);
-  Put32(page + 16, sb.file_count);
-  Put64(page + 24, sb.file_bytes);
-  Put64(page + 32, sb.slot_bytes);
-  Put64(page + 40, sb.format_id);
-  Put64(page + 48, sb.data_offset);
-  Put64(page + kSuperChecked, PayloadChecksum({page, kSuperChecked}));
+  PutU64(page + 0, kSuperMagic);
+  PutU32(page + 8, kSuperVersion);
+  PutU32(page + 12, sb.file_index);
+  PutU32(page + 16, sb.file_count);
+  PutU64(page + 24, sb.file_bytes);
+  PutU64(page + 32, sb.slot_bytes);
+  PutU64(page + 40, sb.format_id);
+  PutU64(page + 48, sb.data_offset);
+  PutU64(page + kSuperChecked, PayloadChecksum({page, kSuperChecked}));
 }
 
 // nullopt when the page holds no superblock of this version (a new file, or another format).
 std::optional<Superblock> DecodeSuperblock(const std::byte* page) {
-  if (Get64(page) != kSuperMagic || Get32(page + 8) != kSuperVersion ||
-      Get64(page + kSuperChecked) != PayloadChecksum({page, kSuperChecked})) {
+  if (GetU64(page) != kSuperMagic || GetU32(page + 8) != kSuperVersion ||
+      GetU64(page + kSuperChecked) != PayloadChecksum({page, kSuperChecked})) {
     return std::nullopt;
   }
-  return Superblock{.file_index = Get32(page + 12),
-                    .file_count = Get32(page + 16),
-                    .file_bytes = Get64(page + 24),
-                    .slot_bytes = Get64(page + 32),
-                    .format_id = Get64(page + 40),
-                    .data_offset = Get64(page + 48)};
+  return Superblock{.file_index = GetU32(page + 12),
+                    .file_count = GetU32(page + 16),
+                    .file_bytes = GetU64(page + 24),
+                    .slot_bytes = GetU64(page + 32),
+                    .format_id = GetU64(page + 40),
+                    .data_offset = GetU64(page + 48)};
 }
 
 // The check of a journal record ties it to its format: records of an earlier format fail it.
@@ -130,15 +122,15 @@ uint64_t RecordCheck(uint64_t format_id, const FileSlab& slab) {
 }
 
 void EncodeRecord(uint64_t format_id, const FileSlab& slab, std::byte* at) {
-  Put64(at + 0, slab.offset);
-  Put64(at + 8, slab.bytes);
-  Put64(at + 16, slab.slot_bytes);
-  Put64(at + 24, RecordCheck(format_id, slab));
+  PutU64(at + 0, slab.offset);
+  PutU64(at + 8, slab.bytes);
+  PutU64(at + 16, slab.slot_bytes);
+  PutU64(at + 24, RecordCheck(format_id, slab));
 }
 
 std::optional<FileSlab> DecodeRecord(uint64_t format_id, uint32_t file, const std::byte* at) {
-  const FileSlab slab{.file = file, .offset = Get64(at), .bytes = Get64(at + 8), .slot_bytes = Get64(at + 16)};
-  if (Get64(at + 24) != RecordCheck(format_id, slab)) return std::nullopt;
+  const FileSlab slab{.file = file, .offset = GetU64(at), .bytes = GetU64(at + 8), .slot_bytes = GetU64(at + 16)};
+  if (GetU64(at + 24) != RecordCheck(format_id, slab)) return std::nullopt;
   return slab;
 }
 

@@ -28,6 +28,7 @@
 
 #include "kvtier/tiers.h"
 #include "tier/tier_counters.h"
+#include "util/little_endian.h"
 #include "util/posix_file.h"
 
 namespace kvtier {
@@ -40,23 +41,19 @@ constexpr std::string_view kBlockSuffix = ".blk";
 constexpr std::string_view kTempSuffix = ".tmp";
 constexpr int kMaxShardLevels = 4;
 
-void PutLe(std::byte* out, uint64_t value, std::size_t bytes) {
-  for (std::size_t i = 0; i < bytes; ++i) out[i] = static_cast<std::byte>(value >> (8 * i));
-}
-uint64_t GetLe(const std::byte* in, std::size_t bytes) {
-  uint64_t value = 0;
-  for (std::size_t i = 0; i < bytes; ++i) value |= std::to_integer<uint64_t>(in[i]) << (8 * i);
-  return value;
-}
+using little_endian::GetU32;
+using little_endian::GetU64;
+using little_endian::PutU32;
+using little_endian::PutU64;
 
 using Header = std::array<std::byte, kHeaderBytes>;
 
 Header EncodeHeader(uint64_t length, uint64_t checksum) {
   Header header{};
   std::memcpy(header.data(), kMagic, sizeof(kMagic));
-  PutLe(header.data() + 4, kFormatVersion, 4);
-  PutLe(header.data() + 8, length, 8);
-  PutLe(header.data() + 16, checksum, 8);
+  PutU32(header.data() + 4, kFormatVersion);
+  PutU64(header.data() + 8, length);
+  PutU64(header.data() + 16, checksum);
   return header;
 }
 
@@ -71,10 +68,10 @@ Result<DecodedHeader> DecodeHeader(std::span<const std::byte> header, uint64_t f
     return Status::Corruption("truncated header (" + std::to_string(file_bytes) + " bytes)");
   }
   if (std::memcmp(header.data(), kMagic, sizeof(kMagic)) != 0) return Status::Corruption("bad magic");
-  if (const uint64_t version = GetLe(header.data() + 4, 4); version != kFormatVersion) {
+  if (const uint32_t version = GetU32(header.data() + 4); version != kFormatVersion) {
     return Status::Corruption("unknown format version " + std::to_string(version));
   }
-  const DecodedHeader decoded{.length = GetLe(header.data() + 8, 8), .checksum = GetLe(header.data() + 16, 8)};
+  const DecodedHeader decoded{.length = GetU64(header.data() + 8), .checksum = GetU64(header.data() + 16)};
   if (decoded.length != file_bytes - kHeaderBytes) {
     return Status::Corruption("header says " + std::to_string(decoded.length) + " payload bytes, file holds " +
                               std::to_string(file_bytes - kHeaderBytes));

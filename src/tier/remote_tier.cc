@@ -2,16 +2,14 @@
 #include "tier/remote_tier.h"
 
 #include <algorithm>
-#include <bit>
-#include <cstring>
 #include <numeric>
 #include <thread>
 #include <unordered_map>
 
+#include "util/little_endian.h"
+
 namespace kvtier {
 namespace {
-
-static_assert(std::endian::native == std::endian::little, "the value header is written in host order");
 
 // On the wire: do not change.
 constexpr uint64_t kMagic = 0x31305444524d5456ull;  // "VTMRDT01" read as little-endian bytes
@@ -29,32 +27,23 @@ constexpr std::size_t kMinOpsPerConnection = 2;
 constexpr std::string_view kDeleteIfUnchangedScript =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
-void Put64(char* at, uint64_t value) { std::memcpy(at, &value, sizeof value); }
-void Put32(char* at, uint32_t value) { std::memcpy(at, &value, sizeof value); }
-uint64_t Get64(const char* at) {
-  uint64_t value = 0;
-  std::memcpy(&value, at, sizeof value);
-  return value;
-}
-uint32_t Get32(const char* at) {
-  uint32_t value = 0;
-  std::memcpy(&value, at, sizeof value);
-  return value;
-}
+using little_endian::GetU32;
+using little_endian::GetU64;
+using little_endian::PutU32;
+using little_endian::PutU64;
 
 // The value for `payload`: header then payload, copied and checksummed in one pass.
 void EncodeValue(const BlockKey& key, std::span<const std::byte> payload, std::string& value) {
   value.resize(kHeaderBytes + payload.size());
-  char* data = value.data();
-  const uint64_t checksum =
-      CopyWithChecksum(std::span(reinterpret_cast<std::byte*>(data + kHeaderBytes), payload.size()), payload);
-  Put64(data + 0, kMagic);
-  Put32(data + 8, kVersion);
-  Put32(data + 12, static_cast<uint32_t>(kHeaderBytes));
-  Put64(data + 16, key.hi);
-  Put64(data + 24, key.lo);
-  Put64(data + 32, payload.size());
-  Put64(data + 40, checksum);
+  std::byte* data = reinterpret_cast<std::byte*>(value.data());
+  const uint64_t checksum = CopyWithChecksum(std::span(data + kHeaderBytes, payload.size()), payload);
+  PutU64(data + 0, kMagic);
+  PutU32(data + 8, kVersion);
+  PutU32(data + 12, static_cast<uint32_t>(kHeaderBytes));
+  PutU64(data + 16, key.hi);
+  PutU64(data + 24, key.lo);
+  PutU64(data + 32, payload.size());
+  PutU64(data + 40, checksum);
 }
 
 struct ValueHeader {
@@ -67,14 +56,14 @@ Result<ValueHeader> DecodeHeader(std::string_view value, const BlockKey& key) {
   if (value.size() < kHeaderBytes) {
     return Status::Corruption("value of " + std::to_string(value.size()) + " bytes is shorter than its header");
   }
-  const char* data = value.data();
-  if (Get64(data) != kMagic || Get32(data + 8) != kVersion || Get32(data + 12) != kHeaderBytes) {
+  const std::byte* data = reinterpret_cast<const std::byte*>(value.data());
+  if (GetU64(data) != kMagic || GetU32(data + 8) != kVersion || GetU32(data + 12) != kHeaderBytes) {
     return Status::Corruption("bad magic, version or header size");
   }
-  if (Get64(data + 16) != key.hi || Get64(data + 24) != key.lo) {
+  if (GetU64(data + 16) != key.hi || GetU64(data + 24) != key.lo) {
     return Status::Corruption("the header names another key");
   }
-  const ValueHeader header{.size = Get64(data + 32), .checksum = Get64(data + 40)};
+  const ValueHeader header{.size = GetU64(data + 32), .checksum = GetU64(data + 40)};
   if (header.size != value.size() - kHeaderBytes) {
     return Status::Corruption("header says " + std::to_string(header.size) + " payload bytes, value holds " +
                               std::to_string(value.size() - kHeaderBytes));
