@@ -4,28 +4,6 @@
 #include "store/store_state.h"
 
 namespace kvtier {
-
-Result<int> TieredStore::Impl::Place(const BlockKey& key, const BlockMeta& meta, const Block& b,
-                                     std::span<const std::byte> payload, int end) {
-  Status last_error = Status::Ok();
-  for (int t = 0; t < end; ++t) {
-    TierState& ts = tier_state(t);
-    {
-      std::lock_guard lock(mu_);
-      const bool full = ts.capacity > 0 && ts.used + meta.size_bytes > ts.capacity;
-      if (full && !ts.policy->ShouldAdmit(Resident(key, meta, b), Now())) {
-        ++ts.stats.refused;
-        continue;
-      }
-    }
-    const Status s = WriteMakingRoom(t, key, payload, meta.size_bytes);
-    if (s.ok()) return t;
-    last_error = s;
-  }
-  if (!last_error.ok()) return last_error;
-  return -1;
-}
-
 namespace {
 
 // A Put's request is checked whole before any of its blocks is stored.
@@ -50,6 +28,27 @@ Status CheckChain(std::span<const BlockPut> chain, bool metadata_only) {
 }
 
 }  // namespace
+
+Result<int> TieredStore::Impl::Place(const BlockKey& key, const BlockMeta& meta, const Block& b,
+                                     std::span<const std::byte> payload, int end) {
+  Status last_error = Status::Ok();
+  for (int t = 0; t < end; ++t) {
+    TierState& ts = tier_state(t);
+    {
+      std::lock_guard lock(mu_);
+      const bool full = ts.capacity > 0 && ts.used + meta.size_bytes > ts.capacity;
+      if (full && !ts.policy->ShouldAdmit(Resident(key, meta, b), Now())) {
+        ++ts.stats.refused;
+        continue;
+      }
+    }
+    const Status s = WriteMakingRoom(t, key, payload, meta.size_bytes);
+    if (s.ok()) return t;
+    last_error = s;
+  }
+  if (!last_error.ok()) return last_error;
+  return -1;
+}
 
 Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const std::optional<BlockKey>& parent) {
   KVTIER_RETURN_IF_ERROR(CheckChain(chain, options.metadata_only));
