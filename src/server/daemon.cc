@@ -5,6 +5,7 @@
 
 #include "server/metrics_http.h"
 #include "server/service_metrics.h"
+#include "server/tier_health.h"
 
 namespace kvtier {
 namespace {
@@ -34,8 +35,23 @@ struct Daemon::Impl {
   std::unique_ptr<TieredStore> store;
   std::unique_ptr<Server> server;
   std::unique_ptr<server::MetricsHttpServer> http;
+  std::unique_ptr<server::TierHealth> health;
   uint64_t recovered = 0;
   bool stopped = false;
+
+  // /healthz: the tiers' verdict (tier_health.h), then what the daemon serves.
+  server::HealthReport Health() {
+    const StoreStats stats = store->GetStats();
+    std::vector<server::TierHealthInput> tiers;
+    for (std::size_t i = 0; i < store->tier_count(); ++i) tiers.push_back({stats.tiers[i].name, store->tier(i).GetStats()});
+    const server::TierHealthVerdict verdict = health->Check(tiers);
+    const std::string serving = std::to_string(server->connections()) + " connections, " +
+                                std::to_string(stats.index_blocks) + " blocks, " +
+                                std::to_string(stats.corrupt_blocks) + " corrupt reads";
+    return {.healthy = verdict.healthy,
+            .degraded = verdict.degraded,
+            .detail = verdict.detail.empty() ? serving : verdict.detail + "; " + serving};
+  }
 };
 
 Result<std::unique_ptr<Daemon>> Daemon::Start(ServeConfig config) {
@@ -48,8 +64,10 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(ServeConfig config) {
         "model.head_granular splits blocks across tiers, which persistence does not record yet; "
         "set store.persistence: none to use it");
   }
+  std::optional<std::size_t> persist_tier;
   if (c.persist != PersistChoice::kNone) {
     KVTIER_ASSIGN_OR_RETURN(std::size_t tier, PersistTierIndex(c));
+    persist_tier = tier;
     store_options.persistence = PersistenceOptions{
         .tier = tier,
         .journal_path = c.journal_path,
@@ -65,6 +83,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(ServeConfig config) {
   if (!store.ok()) return store.status().WithContext("opening the store");
   impl->store = std::move(*store);
   impl->recovered = impl->store->GetStats().recovered_blocks;
+  impl->health = std::make_unique<server::TierHealth>(persist_tier);
 
   ServerOptions server_options = c.server;
   server_options.metrics = &impl->metrics;
@@ -81,16 +100,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(ServeConfig config) {
         server::MetricsHttpServer::Start(
             c.metrics_host, static_cast<uint16_t>(c.metrics_port),
             [raw] { return server::RenderPrometheus(raw->metrics, raw->store->GetStats(), raw->store->predictor()); },
-            [raw] {
-              // Serving when the listeners are up; a tier that has started refusing checksums
-              // is worth a look but still serves (corrupt blocks are never returned).
-              const StoreStats stats = raw->store->GetStats();
-              return server::HealthReport{
-                  .healthy = true,
-                  .detail = std::to_string(raw->server->connections()) + " connections, " +
-                            std::to_string(stats.index_blocks) + " blocks, " + std::to_string(stats.corrupt_blocks) +
-                            " corrupt reads"};
-            }));
+            [raw] { return raw->Health(); }));
   }
   return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
 }

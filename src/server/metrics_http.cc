@@ -65,7 +65,8 @@ Result<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::s
   http.Get("/healthz", [health = std::move(health)](const httplib::Request&, httplib::Response& res) {
     const HealthReport report = health();
     res.status = report.healthy ? 200 : 503;
-    const nlohmann::json body = {{"status", report.healthy ? "ok" : "unhealthy"}, {"detail", report.detail}};
+    const char* status = !report.healthy ? "unhealthy" : report.degraded ? "degraded" : "ok";
+    const nlohmann::json body = {{"status", status}, {"detail", report.detail}};
     // A detail that is not UTF-8 (a path, an OS message) must not fail the probe.
     res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
   });

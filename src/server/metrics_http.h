@@ -1,6 +1,6 @@
 // MetricsHttpServer: the HTTP side of `kvtier serve` for monitoring. Serves
 //   GET /metrics  200, text/plain; version=0.0.4 (Prometheus): what render_metrics returns
-//   GET /healthz  200 {"status":"ok","detail":...} or 503 {"status":"unhealthy","detail":...}
+//   GET /healthz  200 {"status":"ok" or "degraded","detail":...}, or 503 {"status":"unhealthy",...}
 // and 404 for any other path. HTTP is cpp-httplib's (only metrics_http.cc includes it). Two
 // threads serve scrapes: a scrape is rare and cheap, and a flood of them must not take CPU
 // from the data path; read and write timeouts keep a stalled client from holding one.
@@ -21,6 +21,7 @@ namespace kvtier::server {
 
 struct HealthReport {
   bool healthy = true;
+  bool degraded = false;  // healthy, but something is failing (status "degraded", still 200)
   std::string detail;  // why, for a person reading it (e.g. "tier nvme0: I/O errors")
 };
 

@@ -26,9 +26,12 @@ TEST(MetricsHttp, ServesMetricsHealthAndNotFound) {
   ASSERT_TRUE(predictor.ok());
   const auto render = [&] { return RenderPrometheus(service, store, **predictor); };
   std::atomic<bool> healthy{true};
+  std::atomic<bool> degraded{false};
 
   Result<std::unique_ptr<MetricsHttpServer>> server = MetricsHttpServer::Start("127.0.0.1", 0, render, [&] {
-    return healthy.load() ? HealthReport{} : HealthReport{.healthy = false, .detail = "tier \"nvme0\": I/O errors"};
+    if (!healthy.load()) return HealthReport{.healthy = false, .detail = "tier \"nvme0\": I/O errors"};
+    if (degraded.load()) return HealthReport{.degraded = true, .detail = "tier \"redis\": writes failing"};
+    return HealthReport{};
   });
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   const uint16_t port = (*server)->port();
@@ -47,6 +50,12 @@ TEST(MetricsHttp, ServesMetricsHealthAndNotFound) {
   EXPECT_EQ(ok->status, 200);
   EXPECT_EQ(ok->get_header_value("Content-Type"), "application/json");
   EXPECT_EQ(ok->body, R"({"detail":"","status":"ok"})");
+
+  degraded.store(true);
+  httplib::Result slow = client.Get("/healthz");
+  ASSERT_TRUE(slow) << httplib::to_string(slow.error());
+  EXPECT_EQ(slow->status, 200) << "degraded still serves";
+  EXPECT_EQ(slow->body, R"({"detail":"tier \"redis\": writes failing","status":"degraded"})");
 
   healthy.store(false);
   httplib::Result bad = client.Get("/healthz");

@@ -19,5 +19,6 @@ kvtier_add_sources(server/frame_io.cc server/shared_segment.cc server/tenant_nam
 kvtier_add_tests(io server/server_test.cc)
 
 # The daemon of `kvtier serve` (daemon.h): configuration, store, listeners, metrics.
-kvtier_add_sources(server/serve_config.cc server/daemon.cc)
+kvtier_add_sources(server/serve_config.cc server/tier_health.cc server/daemon.cc)
 kvtier_add_tests(io server/daemon_test.cc)
+kvtier_add_tests(concurrency server/tier_health_test.cc)
