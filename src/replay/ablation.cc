@@ -112,7 +112,7 @@ Result<Setup> Prepare(const std::vector<ReplayRequest>& requests, const Ablation
         options.replay.capacity_blocks > 0
             ? options.replay.capacity_blocks
             : std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(options.replay.capacity_fraction *
-                                                                        static_cast<double>(setup.size.unique_blocks))));
+                                                                       static_cast<double>(setup.size.unique_blocks))));
     if (t0_blocks > std::numeric_limits<uint64_t>::max() / setup.block_bytes) {
       return Status::InvalidArgument("ablation: the capacity in bytes overflows");
     }
@@ -144,9 +144,9 @@ Result<AblationRow> RunVariant(const std::vector<ReplayRequest>& requests, const
     bytes = SaturatingAdd(bytes, CapacityOf(t));
   }
   row.capacity_blocks = bytes / setup.block_bytes;
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<replay_internal::PolicyRun> run,
-                          replay_internal::PolicyRun::Open(requests, v.policy, row.capacity_blocks, setup.block_bytes,
-                                                           replay, v.tweaks));
+  KVTIER_ASSIGN_OR_RETURN(
+      std::unique_ptr<replay_internal::PolicyRun> run,
+      replay_internal::PolicyRun::Open(requests, v.policy, row.capacity_blocks, setup.block_bytes, replay, v.tweaks));
   KVTIER_ASSIGN_OR_RETURN(row.result, replay.engine ? run->ServeThroughEngine(*replay.engine) : run->ServeInstantly());
   return row;
 }

@@ -61,8 +61,8 @@ struct AblationOptions {
 // the tiers it had and the replay's result (the policy field names the policy it ran).
 struct AblationRow {
   std::string name;
-  std::vector<std::string> tiers;         // "kind capacity", fastest first
-  uint64_t capacity_blocks = 0;           // all its tiers together, in full blocks
+  std::vector<std::string> tiers;  // "kind capacity", fastest first
+  uint64_t capacity_blocks = 0;    // all its tiers together, in full blocks
   ReplayPolicyResult result;
 };
 
