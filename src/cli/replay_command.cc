@@ -14,6 +14,7 @@
 #include "kvtier/tier_config.h"
 #include "kvtier/tokenizer.h"
 #include "kvtier/trace.h"
+#include "replay/ablation.h"
 #include "replay/trace_blocks.h"
 
 namespace kvtier::cli {
@@ -49,6 +50,8 @@ struct ReplayCommandOptions {
   uint32_t max_running = 256;
   std::string analyze;  // "gap": the gap analysis instead of the policies
   std::vector<uint64_t> lookahead = {8, 32, 128, 512};
+  bool ablation = false;     // the full system and each part removed (ablation.h)
+  bool tier_ladder = false;  // the full system on 1, 2, ... of its tiers
 };
 
 Result<std::vector<PolicyKind>> ParsePolicies(const std::string& list) {
@@ -225,6 +228,87 @@ std::string GapTable(const nlohmann::json& run) {
   return out;
 }
 
+// TTFT and throughput of a run: the engine model's when there is one, else the projection's.
+struct Served {
+  double p50 = 0, p99 = 0, tokens_per_s = 0;
+};
+
+Served ServedOf(const ReplayPolicyResult& r) {
+  if (r.engine) return {r.engine->ttft_p50_s, r.engine->ttft_p99_s, r.engine->prompt_tokens_per_s};
+  return {r.ttft_p50_s, r.ttft_p99_s, r.prefill_tokens_per_s};
+}
+
+nlohmann::json AblationJson(const AblationReport& report) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const AblationRow& row : report.rows) {
+    const Served s = ServedOf(row.result);
+    nlohmann::json j = ResultJson(row.result);
+    j["run"] = row.name;
+    j["tiers"] = row.tiers;
+    j["capacity_blocks"] = row.capacity_blocks;
+    j["served"] = {{"ttft_p50_s", s.p50}, {"ttft_p99_s", s.p99}, {"prompt_tokens_per_s", s.tokens_per_s}};
+    rows.push_back(std::move(j));
+  }
+  return {{"requests", report.requests},
+          {"unique_blocks", report.unique_blocks},
+          {"block_bytes", report.block_bytes},
+          {"runs", rows},
+          {"not_ablated", report.not_ablated}};
+}
+
+std::string AblationTable(const nlohmann::json& run) {
+  char line[320];
+  std::snprintf(line, sizeof line, "%llu requests, %llu unique blocks of %llu bytes; full system: ",
+                static_cast<unsigned long long>(run["requests"].get<uint64_t>()),
+                static_cast<unsigned long long>(run["unique_blocks"].get<uint64_t>()),
+                static_cast<unsigned long long>(run["block_bytes"].get<uint64_t>()));
+  std::string out = line;
+  std::string tiers;
+  for (const auto& t : run["runs"].front()["tiers"]) tiers += (tiers.empty() ? "" : ", ") + t.get<std::string>();
+  out += tiers + "\n";
+  out += "run              policy      blocks  block hit  token hit  TTFT P50  TTFT P99  prompt tok/s  hits per tier\n";
+  for (const nlohmann::json& r : run["runs"]) {
+    std::string hits;
+    for (const auto& h : r.value("tier_hits", nlohmann::json::array())) hits += (hits.empty() ? "" : "/") + std::to_string(h.get<uint64_t>());
+    const nlohmann::json& s = r["served"];
+    std::snprintf(line, sizeof line, "%-15s  %-10s  %6llu  %8.2f%%  %8.2f%%  %7.3f s  %7.3f s  %12.0f  %s\n",
+                  r["run"].get<std::string>().c_str(), r["policy"].get<std::string>().c_str(),
+                  static_cast<unsigned long long>(r["capacity_blocks"].get<uint64_t>()),
+                  100 * r["block_hit_rate"].get<double>(), 100 * r["token_hit_rate"].get<double>(),
+                  s["ttft_p50_s"].get<double>(), s["ttft_p99_s"].get<double>(), s["prompt_tokens_per_s"].get<double>(),
+                  hits.c_str());
+    out += line;
+  }
+  for (const auto& why : run["not_ablated"]) out += "not measured: " + why.get<std::string>() + "\n";
+  return out;
+}
+
+// --ablation or --tier-ladder: the full system's policy is the one --policies names, when it
+// names one, else predictive; its tiers --tier-config's, else the paper's ladder.
+int RunAblationCommand(const ReplayCommandOptions& o, const std::vector<ReplayRequest>& requests,
+                       const ReplayOptions& replay, const ModelSpec& model, const nlohmann::json& about) {
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "kvtier replay: %s\n", s.ToString().c_str());
+    return kExitError;
+  };
+  if (o.ablation && o.tier_ladder) return fail(Status::InvalidArgument("--ablation and --tier-ladder are two runs: pick one"));
+  if (!o.analyze.empty() || !o.sweep.empty() || o.move_bytes) {
+    return fail(Status::InvalidArgument("--ablation and --tier-ladder run in metadata mode at one capacity: not with "
+                                        "--analyze, --sweep or --move-bytes"));
+  }
+  AblationOptions options{.replay = replay, .tiers = replay.tiers, .model = model};
+  options.replay.tiers.reset();
+  if (replay.policies.size() == 1) options.policy = replay.policies.front();
+  Result<AblationReport> report = o.ablation ? RunAblation(requests, options) : RunTierLadder(requests, options);
+  if (!report.ok()) return fail(report.status());
+  nlohmann::json run = AblationJson(*report);
+  run["about"] = about;
+  run["about"]["tiers"] = o.tier_config.empty() ? "the paper's ladder, T0 = --capacity-blocks/--capacity-frac" : o.tier_config;
+  run["about"]["full_policy"] = PolicyKindName(options.policy);
+  std::fputs(o.json ? (run.dump(2) + "\n").c_str() : AblationTable(run).c_str(), stdout);
+  return 0;
+}
+
 int Run(const ReplayCommandOptions& o) {
   auto fail = [](const Status& s) {
     std::fprintf(stderr, "kvtier replay: %s\n", s.ToString().c_str());
@@ -292,6 +376,7 @@ int Run(const ReplayCommandOptions& o) {
                                 {"tiers", o.tier_config.empty() ? "one tier of --capacity-blocks/--capacity-frac" : o.tier_config},
                                 {"mode", o.move_bytes ? "data" : "metadata"},
                                 {"cache_output", options.cache_output}};
+  if (o.ablation || o.tier_ladder) return RunAblationCommand(o, *requests, options, *model, about);
   if (!o.analyze.empty() && o.analyze != "gap") {
     return fail(Status::InvalidArgument("--analyze: unknown analysis '" + o.analyze + "' (known: gap)"));
   }
@@ -363,6 +448,10 @@ void AddReplayCommand(CLI::App& app, int& exit_code) {
                   "\"gap\": how much of OPT - LRU each piece of future knowledge is worth (oracle runs)");
   cmd->add_option("--lookahead", o->lookahead, "With --analyze gap: the lookahead windows, in requests")
       ->capture_default_str();
+  cmd->add_flag("--ablation", o->ablation,
+                "The full system, then without prediction, multi-tier, head-granular eviction, prefetch (docs/replay.md)");
+  cmd->add_flag("--tier-ladder", o->tier_ladder,
+                "The full system on its first tier only, then + each lower tier (the paper's ladder by default)");
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o, &exit_code] { exit_code = Run(*o); });
 }

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <unordered_map>
 
+#include "kvtier/head_importance.h"
 #include "store/capacity_tier.h"
 #include "util/quantile.h"
 
@@ -55,14 +56,23 @@ PolicyRun::PolicyRun(const std::vector<ReplayRequest>& requests, PolicyKind poli
 
 Result<std::unique_ptr<PolicyRun>> PolicyRun::Open(const std::vector<ReplayRequest>& requests, PolicyKind policy,
                                                    uint64_t capacity_blocks, uint64_t block_bytes,
-                                                   const ReplayOptions& options) {
+                                                   const ReplayOptions& options, const StoreTweaks& tweaks) {
   std::unique_ptr<PolicyRun> run(new PolicyRun(requests, policy, options));
-  KVTIER_RETURN_IF_ERROR(run->OpenStore(capacity_blocks, block_bytes));
+  KVTIER_RETURN_IF_ERROR(run->OpenStore(capacity_blocks, block_bytes, tweaks));
   return run;
 }
 
-Status PolicyRun::OpenStore(uint64_t capacity_blocks, uint64_t block_bytes) {
+Status PolicyRun::OpenStore(uint64_t capacity_blocks, uint64_t block_bytes, const StoreTweaks& tweaks) {
   StoreOptions so;
+  so.prefetch = tweaks.prefetch;
+  if (tweaks.head_layout) {
+    const KvBlockLayout& layout = *tweaks.head_layout;
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<HeadImportance> importance,
+                            HeadImportance::Create(layout.layers, layout.kv_heads));
+    so.head_layout = layout;
+    so.head_importance = std::move(importance);
+    head_demotion_fraction_ = so.head_demotion_fraction;
+  }
   so.policy = policy_;
   so.synchronous_moves = true;
   so.clock = [this] { return now_; };
@@ -110,11 +120,26 @@ Result<PolicyRun::Started> PolicyRun::Start(std::size_t request) {
         outs_.emplace_back(buffers_[i]);
       }
     }
+    const uint64_t split_reads = head_demotion_fraction_ > 0 ? store_->GetStats().head_split_reads : 0;
     // A block can be dropped between the lookup and the read only with several threads.
     KVTIER_ASSIGN_OR_RETURN(std::size_t read, store_->Get(std::span(keys_).first(hit), outs_, r.transition));
     (void)read;
+    if (head_demotion_fraction_ > 0) {
+      started.load_seconds += SplitLoadSeconds(store_->GetStats().head_split_reads - split_reads, found.tier[0],
+                                               BytesOf(r.prompt[0]));
+    }
   }
   return started;
+}
+
+double PolicyRun::SplitLoadSeconds(uint64_t gathered, int tier, uint32_t block_bytes) const {
+  const std::size_t here = static_cast<std::size_t>(tier);
+  const std::size_t below = std::min(here + 1, costs_.size() - 1);
+  const double lower_bytes = head_demotion_fraction_ * block_bytes;
+  // Replace the lower part's bandwidth share at `tier` by a load of it from below.
+  const double extra = costs_[below].LoadSeconds(static_cast<uint64_t>(lower_bytes)) -
+                       lower_bytes / costs_[here].bandwidth_bytes_per_s;
+  return static_cast<double>(gathered) * std::max(0.0, extra);
 }
 
 Status PolicyRun::Store(std::size_t request, std::span<const ReplayBlock> prompt_tail,

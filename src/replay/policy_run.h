@@ -8,19 +8,30 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "kvtier/engine_model.h"
+#include "kvtier/kv_block_layout.h"
 #include "kvtier/replay.h"
 #include "kvtier/store.h"
 
 namespace kvtier::replay_internal {
 
+// Changes to the store a run opens, each the removal or addition of one of the paper's parts
+// (ablation.h). The defaults are the store's own settings.
+struct StoreTweaks {
+  bool prefetch = true;  // Default: true (RoPE-aware prefetch; a one-tier run has none anyway)
+  // Head-granular eviction with a uniform prior importance (no engine reports in a replay).
+  // Only blocks of exactly layout.block_bytes() split. Default: none.
+  std::optional<KvBlockLayout> head_layout;
+};
+
 class PolicyRun : public EngineCache {
  public:
   static Result<std::unique_ptr<PolicyRun>> Open(const std::vector<ReplayRequest>& requests, PolicyKind policy,
                                                  uint64_t capacity_blocks, uint64_t block_bytes,
-                                                 const ReplayOptions& options);
+                                                 const ReplayOptions& options, const StoreTweaks& tweaks = {});
 
   // Every request served the instant it arrives, in order: the counts, rates, speed and the
   // projected TTFT without queueing.
@@ -36,7 +47,7 @@ class PolicyRun : public EngineCache {
 
  private:
   PolicyRun(const std::vector<ReplayRequest>& requests, PolicyKind policy, const ReplayOptions& options);
-  Status OpenStore(uint64_t capacity_blocks, uint64_t block_bytes);
+  Status OpenStore(uint64_t capacity_blocks, uint64_t block_bytes, const StoreTweaks& tweaks);
 
   // What a request found when it started.
   struct Started {
@@ -55,6 +66,10 @@ class PolicyRun : public EngineCache {
   Status Store(std::size_t request, std::span<const ReplayBlock> prompt_tail, std::span<const ReplayBlock> output,
                const std::optional<BlockKey>& parent);
   uint32_t BytesOf(const ReplayBlock& b) const;
+  // What the `gathered` split blocks of a hit whose first block is in tier `tier` add to its
+  // load: their lower parts come from the tier below, not from `tier` (Lookup reports only
+  // the fastest tier holding a block).
+  double SplitLoadSeconds(uint64_t gathered, int tier, uint32_t block_bytes) const;
   // Tells the store what the queued requests will read (the engine's known future), in
   // queue order: requests already told keep their place.
   void ExpectQueued(std::span<const std::size_t> waiting);
@@ -67,6 +82,7 @@ class PolicyRun : public EngineCache {
   double now_ = 0;
   std::unique_ptr<TieredStore> store_;
   std::vector<TierCost> costs_;
+  double head_demotion_fraction_ = 0;  // 0: no head-granular eviction
   ReplayPolicyResult out_;
   std::vector<std::size_t> hit_blocks_;   // per request, once started
   std::map<std::size_t, StorePin> pins_;  // requests whose prefix is held while they prefill
