@@ -138,12 +138,12 @@ std::vector<Status> TieredStore::Impl::MoveVictims(int t, std::span<Victim> batc
       if (split.ok() && !*split) v.action = Victim::Action::kDemote;  // it went down whole
     } else if (v.action != Victim::Action::kDemote) {
       continue;            // left (held below already) or dropped: nothing to write
+    } else if (options.metadata_only) {  // no bytes to gather or copy, split or not
+      moved[i] = WriteMakingRoom(t + 1, v.key, {}, v.meta.size_bytes);
     } else if (v.split) {  // gather the parts, then move the whole block down
       std::vector<std::byte> payload(v.meta.size_bytes);
       moved[i] = ReadGathered(v.key, t, v.split, payload);
       if (moved[i].ok()) moved[i] = WriteTo(t + 1, v.key, payload, v.meta.size_bytes);
-    } else if (options.metadata_only) {
-      moved[i] = WriteMakingRoom(t + 1, v.key, {}, v.meta.size_bytes);
     } else {
       whole.push_back(i);
     }
