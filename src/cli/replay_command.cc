@@ -119,7 +119,7 @@ std::string CapacityLine(const nlohmann::json& run) {
 std::string Table(const nlohmann::json& run) {
   std::string out = CapacityLine(run);
   char line[256];
-  out += "policy    block hit  token hit  accesses/s  TTFT mean (no cache)  hits per tier\n";
+  out += "policy      block hit  token hit  accesses/s  TTFT mean (no cache)  hits per tier\n";
   for (const nlohmann::json& r : run["results"]) {
     const double speed = r["accesses_per_s"].get<double>();
     std::string ttft = "-", tiers = "-";
@@ -133,7 +133,7 @@ std::string Table(const nlohmann::json& run) {
       tiers.clear();
       for (const auto& h : r["tier_hits"]) tiers += (tiers.empty() ? "" : "/") + std::to_string(h.get<uint64_t>());
     }
-    std::snprintf(line, sizeof line, "%-8s  %8.2f%%  %8.2f%%  %10s  %-20s  %s\n", r["policy"].get<std::string>().c_str(),
+    std::snprintf(line, sizeof line, "%-10s  %8.2f%%  %8.2f%%  %10s  %-20s  %s\n", r["policy"].get<std::string>().c_str(),
                   100 * r["block_hit_rate"].get<double>(), 100 * r["token_hit_rate"].get<double>(),
                   speed > 0 ? std::to_string(static_cast<uint64_t>(speed)).c_str() : "-", ttft.c_str(), tiers.c_str());
     out += line;
