@@ -17,27 +17,20 @@
 #include <limits>
 #include <optional>
 
+#include "policy/lru_ranking.h"
 #include "policy/ranked_heap_policy.h"
 
 namespace kvtier::policy_internal {
 namespace {
 
-struct PredictiveRanking {
+// LRU's order behind the expected reads: Access is LRU's.
+struct PredictiveRanking : LruRanking {
   static constexpr uint64_t kNotExpected = std::numeric_limits<uint64_t>::max();
-  struct Entry {
-    BlockKey key;
-    double last_access = 0;
-    uint64_t sequence = 0;                  // order of the last Admit/Touch among all blocks
+  struct Entry : LruRanking::Entry {
     uint64_t expected_order = kNotExpected;  // earliest queued read of it, or none
-    uint32_t heap_pos = kNotInHeap;
-    bool evictable = true;
   };
   static constexpr std::string_view kName = "predictive";
 
-  void Access(Entry& entry, double now_s, uint64_t sequence) const {
-    entry.last_access = now_s;
-    entry.sequence = sequence;
-  }
   void Expect(Entry& entry, std::optional<uint64_t> order) const { entry.expected_order = order.value_or(kNotExpected); }
   // A full tier whose next victim a queued request will read takes no block that none will:
   // making room would drop a block known to be wanted for one only hoped to be.
@@ -46,8 +39,7 @@ struct PredictiveRanking {
   }
   bool Before(const Entry& a, const Entry& b) const {
     if (a.expected_order != b.expected_order) return a.expected_order > b.expected_order;
-    if (a.last_access != b.last_access) return a.last_access < b.last_access;
-    return a.sequence > b.sequence;  // same instant: a request's tail before its head
+    return LruRanking::Before(a, b);
   }
 };
 

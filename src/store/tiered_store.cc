@@ -168,14 +168,21 @@ StoreExpectation TieredStore::Expect(std::span<const BlockKey> keys) {
   Impl& s = *impl_;
   std::lock_guard lock(s.mu_);
   const uint64_t order = ++s.expect_sequence;
-  for (const BlockKey& key : keys) s.TellExpectedLocked(key, s.expected.Add(key, order));
+  // Orders only grow, so a block's soonest read changes only when this is its first.
+  for (const BlockKey& key : keys) {
+    if (s.expected.Add(key, order) == order) s.TellExpectedLocked(key, order);
+  }
   return StoreExpectation(this, {keys.begin(), keys.end()}, order);
 }
 
 void TieredStore::Unexpect(std::span<const BlockKey> keys, uint64_t order) {
   Impl& s = *impl_;
   std::lock_guard lock(s.mu_);
-  for (const BlockKey& key : keys) s.TellExpectedLocked(key, s.expected.Remove(key, order));
+  for (const BlockKey& key : keys) {
+    const bool was_soonest = s.expected.Soonest(key) == order;
+    const std::optional<uint64_t> soonest = s.expected.Remove(key, order);
+    if (was_soonest) s.TellExpectedLocked(key, soonest);
+  }
 }
 
 void TieredStore::Unpin(std::span<const BlockKey> keys) {
