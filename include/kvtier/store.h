@@ -73,6 +73,10 @@ struct PersistenceOptions {
   // Default: true: Open reads every journaled block back (the tier verifies its checksum)
   // and drops those that fail; false only checks that the tier holds it at its size.
   bool verify_checksums = true;
+  // Default: 65,536. The journal is rewritten to its live records (on a mover thread) once it
+  // holds more than twice as many records as it lists blocks, plus this many: a journal grows
+  // with the blocks the persist tier holds, not with the puts and drops it has seen.
+  uint64_t compact_journal_min_records = 65536;
 };
 
 struct StoreOptions {
@@ -173,6 +177,13 @@ struct StoreStats {
   uint64_t gets = 0, get_blocks = 0, get_misses = 0;
   uint64_t puts = 0, put_blocks = 0;
   uint64_t corrupt_blocks = 0;  // reads a tier refused for a failed checksum
+  // Copies a tier no longer held when read (a Redis TTL or restart, another process): the
+  // store forgot them, as it forgets corrupt ones.
+  uint64_t vanished_copies = 0;
+  // Evictions a tier refused (a remote pool that is down): each is retried until it succeeds
+  // (unless the block is written to that tier again meanwhile); `pending_evictions` wait now.
+  uint64_t eviction_failures = 0;
+  uint64_t pending_evictions = 0;
   uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0, prefetch_wasted_bytes = 0;
   int prefetch_window = 0;
   uint64_t recompute_preferred = 0;  // lookups whose loadable prefix the cost model cut short
@@ -190,6 +201,8 @@ struct StoreStats {
   uint64_t recovery_dropped_blocks = 0;
   uint64_t journal_records = 0;
   uint64_t journal_ignored_bytes = 0;
+  uint64_t journal_compactions = 0;  // while the store ran (Open's compaction is not counted)
+  uint64_t journal_compaction_failures = 0;  // e.g. no room for the new file: the old one goes on
 };
 
 class StorePin;

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cerrno>
 #include <filesystem>
+#include <unordered_map>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -73,6 +74,42 @@ Status PwriteAll(int fd, const std::string& path, std::span<const std::byte> byt
   return Status::Ok();
 }
 
+// Reads [begin, end) of the file, or less at its end.
+Result<std::vector<std::byte>> PreadRange(int fd, const std::string& path, uint64_t begin, uint64_t end) {
+  std::vector<std::byte> bytes(static_cast<std::size_t>(end - begin));
+  std::size_t got = 0;
+  while (got < bytes.size()) {
+    const ssize_t n = ::pread(fd, bytes.data() + got, bytes.size() - got, static_cast<off_t>(begin + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(path, "read", errno);
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  bytes.resize(got);
+  return bytes;
+}
+
+// The records of `bytes` (whole records, as Append writes them) that recovery would index:
+// the last of each key, when it is a put, in their order.
+std::vector<std::byte> LiveRecords(std::span<const std::byte> bytes) {
+  std::unordered_map<BlockKey, std::size_t, BlockKeyHash> last;  // key -> offset of its last record
+  std::vector<std::pair<BlockKey, bool>> decoded;                 // key, is a put
+  for (std::size_t at = 0; at + BlockJournal::kRecordBytes <= bytes.size(); at += BlockJournal::kRecordBytes) {
+    std::optional<JournalRecord> r = Decode(bytes.subspan(at));
+    if (!r) break;
+    last[r->key] = at;
+    decoded.emplace_back(r->key, r->kind == JournalRecord::Kind::kPut);
+  }
+  std::vector<std::byte> live;
+  for (std::size_t i = 0; i < decoded.size(); ++i) {
+    const std::size_t at = i * BlockJournal::kRecordBytes;
+    if (!decoded[i].second || last[decoded[i].first] != at) continue;
+    live.insert(live.end(), bytes.begin() + static_cast<std::ptrdiff_t>(at),
+                bytes.begin() + static_cast<std::ptrdiff_t>(at + BlockJournal::kRecordBytes));
+  }
+  return live;
+}
+
 std::vector<std::byte> EncodeAll(std::span<const JournalRecord> records) {
   std::vector<std::byte> bytes(records.size() * BlockJournal::kRecordBytes);
   for (std::size_t i = 0; i < records.size(); ++i) Encode(records[i], bytes.data() + i * BlockJournal::kRecordBytes);
@@ -86,16 +123,8 @@ Result<BlockJournal::Contents> BlockJournal::Read(const std::string& path) {
   if (!fd.valid()) return ErrnoStatus(path, "open", errno);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(path, "stat", errno);
-  std::vector<std::byte> file(static_cast<std::size_t>(st.st_size));
-  std::size_t got = 0;
-  while (got < file.size()) {
-    const ssize_t n = ::pread(fd.get(), file.data() + got, file.size() - got, static_cast<off_t>(got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(path, "read", errno);
-    if (n == 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  file.resize(got);
+  KVTIER_ASSIGN_OR_RETURN(const std::vector<std::byte> file,
+                          PreadRange(fd.get(), path, 0, static_cast<uint64_t>(st.st_size)));
   if (file.size() < kHeaderBytes || !std::equal(kMagic.begin(), kMagic.end(), file.begin())) {
     return Status::Corruption(path +
                               ": not a kvtier block journal (bad magic); move it away or set another journal_path");
@@ -116,23 +145,72 @@ Result<BlockJournal::Contents> BlockJournal::Read(const std::string& path) {
   return contents;
 }
 
-Result<std::unique_ptr<BlockJournal>> BlockJournal::Create(const std::string& path,
-                                                           std::span<const JournalRecord> records, bool sync) {
+namespace {
+
+// A new journal file at `path` + ".tmp": the header, then `body`; not yet synced or renamed.
+Result<ScopedFd> StartReplacement(const std::string& path, std::span<const std::byte> body) {
   const std::string temp = path + ".tmp";
   ScopedFd fd(::open(temp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd.valid()) return ErrnoStatus(temp, "open", errno);
-  std::vector<std::byte> bytes(kHeaderBytes);
+  std::vector<std::byte> bytes(BlockJournal::kHeaderBytes);
   std::copy(kMagic.begin(), kMagic.end(), bytes.begin());
-  PutU32(bytes.data() + 8, kVersion);
-  const std::vector<std::byte> body = EncodeAll(records);
+  PutU32(bytes.data() + 8, BlockJournal::kVersion);
   bytes.insert(bytes.end(), body.begin(), body.end());
   KVTIER_RETURN_IF_ERROR(PwriteAll(fd.get(), temp, bytes, 0));
+  return fd;
+}
+
+// Makes the replacement durable and puts it at `path`. The descriptor still names the file,
+// now at `path`: appends go on through it.
+Status FinishReplacement(const ScopedFd& fd, const std::string& path) {
+  const std::string temp = path + ".tmp";
   if (::fsync(fd.get()) != 0) return ErrnoStatus(temp, "fsync", errno);
   if (::rename(temp.c_str(), path.c_str()) != 0) return ErrnoStatus(path, "rename", errno);
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  KVTIER_RETURN_IF_ERROR(SyncDirectory(parent.empty() ? "." : parent.string()));
-  // The descriptor still names the file, now at `path`: appends go on through it.
-  return std::unique_ptr<BlockJournal>(new BlockJournal(path, std::move(fd), bytes.size(), records.size(), sync));
+  return SyncDirectory(parent.empty() ? "." : parent.string());
+}
+
+}  // namespace
+
+Result<std::unique_ptr<BlockJournal>> BlockJournal::Create(const std::string& path,
+                                                           std::span<const JournalRecord> records, bool sync) {
+  KVTIER_ASSIGN_OR_RETURN(ScopedFd fd, StartReplacement(path, EncodeAll(records)));
+  KVTIER_RETURN_IF_ERROR(FinishReplacement(fd, path));
+  const uint64_t end = kHeaderBytes + records.size() * kRecordBytes;
+  return std::unique_ptr<BlockJournal>(new BlockJournal(path, std::move(fd), end, records.size(), sync));
+}
+
+Status BlockJournal::Compact() {
+  std::shared_ptr<const ScopedFd> old;
+  uint64_t copied_until = 0;
+  {
+    std::lock_guard lock(mu_);
+    KVTIER_RETURN_IF_ERROR(broken_);
+    old = fd_;
+    copied_until = end_;
+  }
+  // The bulk, without the lock: appends go on meanwhile.
+  KVTIER_ASSIGN_OR_RETURN(const std::vector<std::byte> before,
+                          PreadRange(old->get(), path_, kHeaderBytes, copied_until));
+  const std::vector<std::byte> live = LiveRecords(before);
+  Result<ScopedFd> replacement = StartReplacement(path_, live);
+  std::lock_guard lock(mu_);
+  // What was appended meanwhile follows as it is: the last record of a key still wins.
+  Result<std::vector<std::byte>> tail = replacement.ok() ? PreadRange(old->get(), path_, copied_until, end_)
+                                                         : Result<std::vector<std::byte>>(replacement.status());
+  Status s = tail.status();
+  const uint64_t new_end = kHeaderBytes + live.size() + (tail.ok() ? tail->size() : 0);
+  if (s.ok()) s = PwriteAll(replacement->get(), path_ + ".tmp", *tail, kHeaderBytes + live.size());
+  if (s.ok()) s = FinishReplacement(*replacement, path_);
+  if (!s.ok()) {
+    std::error_code ignored;
+    std::filesystem::remove(path_ + ".tmp", ignored);
+    return s.WithContext("compacting the block journal (it goes on uncompacted)");
+  }
+  fd_ = std::make_shared<const ScopedFd>(std::move(*replacement));
+  end_ = new_end;
+  records_ = (new_end - kHeaderBytes) / kRecordBytes;
+  return Status::Ok();
 }
 
 Result<std::unique_ptr<BlockJournal>> BlockJournal::OpenExisting(const std::string& path, bool sync) {
@@ -148,17 +226,21 @@ Result<std::unique_ptr<BlockJournal>> BlockJournal::OpenExisting(const std::stri
 }
 
 BlockJournal::BlockJournal(std::string path, ScopedFd fd, uint64_t end, uint64_t records, bool sync)
-    : path_(std::move(path)), fd_(std::move(fd)), sync_(sync), end_(end), records_(records) {}
+    : path_(std::move(path)),
+      sync_(sync),
+      fd_(std::make_shared<const ScopedFd>(std::move(fd))),
+      end_(end),
+      records_(records) {}
 
 Status BlockJournal::Append(std::span<const JournalRecord> records, bool durable) {
   const std::vector<std::byte> bytes = EncodeAll(records);
   {
     std::lock_guard lock(mu_);
     KVTIER_RETURN_IF_ERROR(broken_);
-    const Status written = PwriteAll(fd_.get(), path_, bytes, end_);
+    const Status written = PwriteAll(fd_->get(), path_, bytes, end_);
     if (!written.ok()) {
       // A partial record left here would hide every later one from Read: cut it off.
-      if (::ftruncate(fd_.get(), static_cast<off_t>(end_)) != 0) {
+      if (::ftruncate(fd_->get(), static_cast<off_t>(end_)) != 0) {
         broken_ = ErrnoStatus(path_, "truncate after a failed append", errno);
       }
       return written;
@@ -172,7 +254,13 @@ Status BlockJournal::Append(std::span<const JournalRecord> records, bool durable
 }
 
 Status BlockJournal::Sync() {
-  if (::fdatasync(fd_.get()) != 0) return ErrnoStatus(path_, "fdatasync", errno);
+  std::shared_ptr<const ScopedFd> fd;
+  {
+    std::lock_guard lock(mu_);
+    fd = fd_;
+  }
+  // A Compact that switched files meanwhile synced everything appended before the switch.
+  if (::fdatasync(fd->get()) != 0) return ErrnoStatus(path_, "fdatasync", errno);
   return Status::Ok();
 }
 

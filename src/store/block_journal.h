@@ -13,11 +13,14 @@
 // checksum or does not decode: after a kill -9 or a power loss the last record may be torn,
 // which is normal, and everything from there on is ignored (and counted). Create replaces
 // the file atomically (temporary file, fsync, rename, directory fsync), which is how the
-// store compacts the journal to its live set on open.
+// store compacts the journal to its live set on open; Compact does the same while appends go
+// on, which is how it stays compact while the store runs.
 //
-// Thread-safety: Append, Sync and records() may be called concurrently; a record is written
-// whole with one pwrite under `mu_`, and a failed write is cut off again, so a later record
-// never lands behind a torn one. The store calls the journal without holding its own mutex.
+// Thread-safety: Append, Sync, Compact and records() may be called concurrently; a record is
+// written whole with one pwrite under `mu_`, and a failed write is cut off again, so a later
+// record never lands behind a torn one. Compact copies the file without `mu_`, then holds it
+// only to copy what was appended meanwhile and switch files. The store calls the journal
+// without holding its own mutex.
 #pragma once
 
 #include <cstddef>
@@ -80,15 +83,22 @@ class BlockJournal {
   // fdatasync: everything appended so far survives a power loss.
   Status Sync();
 
+  // Rewrites the journal to the last record of each key whose last record is a put (what
+  // recovery would index), durably and atomically, as Create does. On failure (a full disk)
+  // the journal goes on as it was. Calls must not overlap (the store runs one at a time).
+  Status Compact();
+
   uint64_t records() const;  // in the file now
 
  private:
   BlockJournal(std::string path, ScopedFd fd, uint64_t end, uint64_t records, bool sync);
 
   const std::string path_;
-  const ScopedFd fd_;
   const bool sync_;
   mutable std::mutex mu_;
+  // GUARDED_BY(mu_); shared so that Sync can fdatasync outside the lock while Compact
+  // switches to the new file.
+  std::shared_ptr<const ScopedFd> fd_;
   uint64_t end_;              // GUARDED_BY(mu_): the file's length, where the next record goes
   uint64_t records_;          // GUARDED_BY(mu_)
   Status broken_;             // GUARDED_BY(mu_): set when a failed append could not be cut off

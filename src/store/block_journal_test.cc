@@ -2,6 +2,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -116,6 +118,45 @@ TEST_F(BlockJournalTest, MissingFileIsNotFoundAndForeignFileIsCorruption) {
   EXPECT_NE(read.status().message().find(path_), std::string::npos) << read.status().message();
   std::ofstream(path_, std::ios::trunc) << "KV";  // shorter than a header
   EXPECT_EQ(BlockJournal::Read(path_).status().code(), StatusCode::kCorruption);
+}
+
+// Compact keeps what recovery would index (the last record of each key, when it is a put)
+// while another thread goes on appending: nothing appended before, during or after it is lost.
+TEST_F(BlockJournalTest, CompactKeepsTheLiveRecordsWhileAppendsGoOn) {
+  Result<std::unique_ptr<BlockJournal>> journal = BlockJournal::Create(path_, {}, /*sync=*/false);
+  ASSERT_TRUE(journal.ok()) << journal.status().ToString();
+  std::map<uint64_t, bool> live;  // n -> put last (true) or dropped last (false)
+  auto append = [&](uint64_t n, bool put) {
+    const JournalRecord r = put ? Put(n, std::nullopt) : JournalRecord{.kind = JournalRecord::Kind::kDrop, .key = {n, ~n}};
+    ASSERT_TRUE((*journal)->Append({&r, 1}, true).ok());
+    live[n] = put;
+  };
+  for (uint64_t n = 1; n <= 2000; ++n) append(n % 300 + 1, n % 3 != 0);
+  std::thread appender([&] {
+    for (uint64_t n = 1; n <= 2000; ++n) append(n % 500 + 1000, n % 5 != 0);
+  });
+  ASSERT_TRUE((*journal)->Compact().ok());
+  appender.join();
+  ASSERT_TRUE((*journal)->Compact().ok());
+  for (uint64_t n = 1; n <= 100; ++n) append(n, true);
+
+  Result<BlockJournal::Contents> read = BlockJournal::Read(path_);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->ignored_bytes, 0u);
+  std::map<uint64_t, JournalRecord> found;
+  for (const JournalRecord& r : read->records) found[r.key.hi] = r;
+  for (const auto& [n, put] : live) {
+    if (!put) {
+      EXPECT_TRUE(!found.contains(n) || found[n].kind == JournalRecord::Kind::kDrop) << n;
+      continue;
+    }
+    ASSERT_TRUE(found.contains(n)) << "record " << n << " was lost";
+    ExpectSame(found[n], Put(n, std::nullopt));
+  }
+  std::size_t puts = 0;
+  for (const auto& [n, put] : live) puts += put;
+  EXPECT_LE(read->records.size(), puts + 100) << "the journal was not compacted";
+  EXPECT_EQ((*journal)->records(), read->records.size());
 }
 
 }  // namespace

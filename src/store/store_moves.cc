@@ -39,6 +39,7 @@ void TieredStore::Impl::Drain() {
 }
 
 void TieredStore::Impl::KickRebalances() {
+  RetryPendingEvictions();
   std::vector<int> due;
   {
     std::lock_guard lock(mu_);
@@ -86,12 +87,10 @@ std::vector<TieredStore::Impl::Victim> TieredStore::Impl::PlanVictims(int t, uin
       ts.policy->Remove(*victim, Now());
       continue;
     }
-    it->second.moving = true;
-    RefreshEvictableLocked(*victim);
+    BeginMoveLocked(*victim, it->second);
     Victim v = ChooseActionLocked(*victim, *info, it->second, t);
     if (v.action == Victim::Action::kDemote && t == last_tier()) {
-      it->second.moving = false;  // an interior block of the last tier: nowhere to go
-      RefreshEvictableLocked(*victim);
+      EndMoveLocked(*victim, it->second);  // an interior block of the last tier: nowhere to go
       break;
     }
     planned += v.action == Victim::Action::kSplit ? options.head_layout->PackedBytes(v.lower)
@@ -201,7 +200,7 @@ bool TieredStore::Impl::SettleVictimLocked(int t, const Victim& v, const Status&
   auto it = blocks.find(v.key);
   if (it == blocks.end()) return false;
   Block& b = it->second;
-  b.moving = false;
+  EndMoveLocked(v.key, b);
   const std::optional<BlockInfo> info = index.Find(v.key);
   if (!info || !(info->meta.tiers & (1u << t))) return false;
   TierState& ts = tier_state(t);
@@ -278,7 +277,10 @@ Result<bool> TieredStore::Impl::SplitOut(const BlockKey& key, const BlockMeta& m
   std::vector<std::byte> kept(layout.PackedBytes(upper));
   KVTIER_RETURN_IF_ERROR(PackUnitsInto(layout, block, upper, kept));
   Tier& here = *tier_state(t).tier;
-  (void)here.Evict(key);
+  if (Status evicted = here.Evict(key); !evicted.ok()) {
+    EvictFrom(t + 1, PartKey(key));  // the block stays whole where it is
+    return evicted.WithContext("store: a head split could not free block " + key.ToHex());
+  }
   if (here.Write(key, kept).ok()) return true;
   // No room for the part here: the block goes down whole, or failing that back up whole.
   EvictFrom(t + 1, PartKey(key));
@@ -303,8 +305,7 @@ void TieredStore::Impl::PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefe
         if (from <= 0) continue;  // absent, or in the fastest tier already
         meta = info->meta;
         b = it->second;
-        it->second.moving = true;
-        RefreshEvictableLocked(key);
+        BeginMoveLocked(key, it->second);
         if (prefetch) ++stats.prefetch_issued;
       }
       std::vector<std::byte> payload(options.metadata_only ? 0 : meta.size_bytes);
@@ -313,7 +314,7 @@ void TieredStore::Impl::PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefe
       std::lock_guard lock(mu_);
       auto it = blocks.find(key);
       if (it == blocks.end()) continue;
-      it->second.moving = false;
+      EndMoveLocked(key, it->second);
       if (placed.ok() && *placed >= 0) {
         AddToTierLocked(key, *placed, meta, it->second);
         ++tier_state(*placed).stats.promotions;

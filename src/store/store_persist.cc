@@ -25,7 +25,34 @@ Status TieredStore::Impl::JournalPuts(std::span<const BlockKey> keys) {
                          .recompute_seconds = it->second.recompute_s});
     }
   }
-  return journal->Append(records, /*durable=*/true);
+  KVTIER_RETURN_IF_ERROR(journal->Append(records, /*durable=*/true));
+  MaybeCompactJournal();
+  return Status::Ok();
+}
+
+void TieredStore::Impl::MaybeCompactJournal() {
+  uint64_t live = 0;
+  {
+    std::lock_guard lock(mu_);
+    live = tier_state(persist_tier).blocks;
+  }
+  const uint64_t min_records = options.persistence->compact_journal_min_records;
+  const uint64_t records = journal->records();
+  if (records <= 2 * live + min_records || records <= compaction_floor.load()) return;
+  if (compaction_queued.exchange(true)) return;
+  Schedule([this, records, min_records] {
+    const Status compacted = journal->Compact();
+    {
+      std::lock_guard lock(mu_);
+      if (compacted.ok()) {
+        ++stats.journal_compactions;
+      } else {
+        ++stats.journal_compaction_failures;
+        compaction_floor = records + min_records;  // a full disk: try again after as many records more
+      }
+    }
+    compaction_queued = false;
+  });
 }
 
 Status TieredStore::Impl::Persist(const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes) {
@@ -45,8 +72,7 @@ Status TieredStore::Impl::CopyToPersistTier(const BlockKey& key, std::vector<std
     if (it->second.moving) return Status::Unavailable("store: block " + key.ToHex() + " was moving; Flush again");
     from = FastestTier(info->meta.tiers);
     meta = info->meta;
-    it->second.moving = true;  // stays where it is until it is copied
-    RefreshEvictableLocked(key);
+    BeginMoveLocked(key, it->second);  // stays where it is until it is copied
   }
   buffer.resize(meta.size_bytes);
   Status s = ReadFrom(from, key, buffer);
@@ -54,7 +80,7 @@ Status TieredStore::Impl::CopyToPersistTier(const BlockKey& key, std::vector<std
   std::lock_guard lock(mu_);
   auto it = blocks.find(key);
   if (it == blocks.end()) return s;
-  it->second.moving = false;
+  EndMoveLocked(key, it->second);
   if (s.ok()) AddToTierLocked(key, persist_tier, meta, it->second);
   RefreshEvictableLocked(key);
   return s.WithContext("store: flushing block " + key.ToHex());

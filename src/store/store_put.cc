@@ -85,10 +85,13 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
                   .tokens_before = tokens_before,
                   .recompute_s = RecomputeSeconds(p.recompute_seconds, p.tokens, tokens_before)};
     tokens_before += p.tokens;
-    PutAction action = PutAction::kPresent;
+    PutAction action = PutAction::kWait;
     {
-      std::lock_guard lock(mu_);
-      KVTIER_ASSIGN_OR_RETURN(action, IndexForPutLocked(p, i, previous, meta, b, putting.keys));
+      std::unique_lock lock(mu_);
+      while (action == PutAction::kWait) {
+        KVTIER_ASSIGN_OR_RETURN(action, IndexForPutLocked(p, i, previous, meta, b, putting.keys));
+        if (action == PutAction::kWait) move_done_.wait(lock);
+      }
     }
     Result<bool> stored = true;
     if (action == PutAction::kRepersist) stored = Repersist(p, i, meta);
@@ -116,28 +119,32 @@ Result<TieredStore::Impl::PutAction> TieredStore::Impl::IndexForPutLocked(const 
                                                                           const std::optional<BlockKey>& previous,
                                                                           BlockMeta& meta, const Block& b,
                                                                           std::vector<BlockKey>& pinned) {
-  ++stats.put_blocks;
   const std::optional<BlockInfo> info = index.Find(p.key);
   if (info && info->meta.tiers != 0) {
     if (info->parent != previous) {
       return Status::AlreadyExists("store: block " + p.key.ToHex() +
                                    " is stored under another parent (a hash collision)");
     }
+    auto it = blocks.find(p.key);
+    const bool unpersisted = write_through() && !(info->meta.tiers & (1u << persist_tier)) &&
+                             info->meta.size_bytes == meta.size_bytes && it != blocks.end();
+    // Write-through acknowledges a block once the persist tier holds it: one a mover holds
+    // (demoting it, perhaps into the persist tier, perhaps failing) is the mover's until it
+    // lets go; then this Put looks again.
+    if (unpersisted && it->second.moving) return PutAction::kWait;
+    ++stats.put_blocks;
     index.Touch({&p.key, 1}, static_cast<uint64_t>(Now() * 1e6));
     tier_state(FastestTier(info->meta.tiers)).policy->Touch(p.key, p.transition, Now());
-    bool repersist = false;
-    if (auto it = blocks.find(p.key); it != blocks.end()) {
+    if (it != blocks.end()) {
       ++it->second.pins;
       pinned.push_back(p.key);
-      // A block a mover holds is left to it.
-      repersist = write_through() && !(info->meta.tiers & (1u << persist_tier)) && !it->second.moving &&
-                  info->meta.size_bytes == meta.size_bytes;
-      it->second.moving = repersist;
+      if (unpersisted) BeginMoveLocked(p.key, it->second);
       RefreshEvictableLocked(p.key);
     }
     meta = info->meta;
-    return repersist ? PutAction::kRepersist : PutAction::kPresent;
+    return unpersisted ? PutAction::kRepersist : PutAction::kPresent;
   }
+  ++stats.put_blocks;
   if (!info) {
     Result<std::size_t> inserted = index.Insert({&p.key, 1}, {&meta, 1}, static_cast<uint64_t>(Now() * 1e6), previous);
     if (!inserted.ok()) return inserted.status().WithContext("store: block " + std::to_string(i));
@@ -151,7 +158,7 @@ Result<bool> TieredStore::Impl::Repersist(const BlockPut& p, std::size_t i, cons
   const Status persisted = Persist(p.key, p.payload, meta.size_bytes);
   std::lock_guard lock(mu_);
   if (auto it = blocks.find(p.key); it != blocks.end()) {
-    it->second.moving = false;
+    EndMoveLocked(p.key, it->second);
     if (persisted.ok()) AddToTierLocked(p.key, persist_tier, meta, it->second);
     RefreshEvictableLocked(p.key);
   }
@@ -170,8 +177,16 @@ Result<bool> TieredStore::Impl::StoreNew(const BlockPut& p, std::size_t i, const
   Result<int> placed = -1;
   Status persisted = Status::Ok();
   if (write_through()) {
-    persisted = Persist(p.key, p.payload, meta.size_bytes);
-    if (persisted.ok()) placed = Place(p.key, meta, b, p.payload, persist_tier);
+    // The payload may be a client's shared segment, still being written: the persist tier and
+    // a faster tier must get the same bytes, so they are read from it once.
+    std::vector<std::byte> once;
+    std::span<const std::byte> payload = p.payload;
+    if (persist_tier > 0 && !payload.empty()) {
+      once.assign(payload.begin(), payload.end());
+      payload = once;
+    }
+    persisted = Persist(p.key, payload, meta.size_bytes);
+    if (persisted.ok()) placed = Place(p.key, meta, b, payload, persist_tier);
   } else {
     placed = Place(p.key, meta, b, p.payload, last_tier() + 1);
   }

@@ -55,13 +55,13 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
   }
   std::size_t read = 0;
   std::vector<BlockKey> from_below;               // promoted once the request has its bytes
-  std::vector<std::pair<int, BlockKey>> corrupt;  // evicted after the reads
+  std::vector<std::pair<int, BlockKey>> evict;  // copies found corrupt or lost, evicted after the reads
   std::size_t prefetched_until = 0;
   std::optional<BlockKey> previous;
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const std::span<std::byte> out = options.metadata_only ? std::span<std::byte>() : outs[i];
     KVTIER_ASSIGN_OR_RETURN(const std::optional<ReadHit> hit,
-                            ReadForGet(keys[i], i, previous, out, transition, corrupt));
+                            ReadForGet(keys[i], i, previous, out, transition, evict));
     if (!hit) break;
     if (!sizes.empty()) sizes[i] = hit->bytes;
     ++read;
@@ -87,7 +87,7 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
     if (read < keys.size()) ++stats.get_misses;
   }
   // A tier drops a block whose checksum failed; the halves of a split one are dropped here.
-  for (const auto& [t, key] : corrupt) EvictFrom(t, key);
+  for (const auto& [t, key] : evict) EvictFrom(t, key);
   if (options.promote_on_read && !from_below.empty()) PromoteOrPrefetch(std::move(from_below), /*prefetch=*/false);
   KickRebalances();
   return read;
@@ -95,11 +95,12 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
 
 Result<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadForGet(
     const BlockKey& key, std::size_t i, const std::optional<BlockKey>& previous, std::span<std::byte> out,
-    TransitionType transition, std::vector<std::pair<int, BlockKey>>& corrupt) {
+    TransitionType transition, std::vector<std::pair<int, BlockKey>>& evict) {
   const std::optional<ReadHit> miss;
   for (int attempt = 0; attempt < kReadAttempts; ++attempt) {
     int t = -1;
     std::size_t size = 0;
+    uint64_t placement = 0;
     std::optional<Block::Split> split;
     {
       std::lock_guard lock(mu_);
@@ -112,7 +113,10 @@ Result<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadForGet(
       }
       t = FastestTier(info->meta.tiers);
       size = info->meta.size_bytes;
-      if (auto it = blocks.find(key); it != blocks.end()) split = SplitIn(it->second, t);
+      if (auto it = blocks.find(key); it != blocks.end()) {
+        split = SplitIn(it->second, t);
+        placement = it->second.placement;
+      }
     }
     const Status n = ReadGathered(key, t, split, options.metadata_only ? out : out.first(size));
     std::lock_guard lock(mu_);
@@ -121,13 +125,19 @@ Result<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadForGet(
       return std::optional<ReadHit>(ReadHit{.tier = t, .bytes = size});
     }
     if (n.code() == StatusCode::kCorruption) {
-      ForgetCorruptCopyLocked(key, t, corrupt);  // and try the next copy
+      ++stats.corrupt_blocks;
+      DropCopyLocked(key, t, evict);  // and try the next copy
     } else if (n.code() == StatusCode::kUnavailable) {
       return miss;  // its tier is down (a remote pool): a miss from here on, not an error
     } else if (n.code() != StatusCode::kNotFound) {
       return n.WithContext("store: reading block " + std::to_string(i));
+    } else if (auto it = blocks.find(key); it != blocks.end() && !it->second.moving && it->second.placement == placement) {
+      // Not found, and no move touched the block meanwhile: the tier lost it (a TTL, a
+      // restart, another process). Forget that copy and try the next.
+      ++stats.vanished_copies;
+      DropCopyLocked(key, t, evict);
     }
-    // NotFound: a move took it from that tier meanwhile; look again.
+    // Otherwise a move took it from that tier meanwhile; look again.
   }
   return miss;
 }
@@ -144,18 +154,6 @@ void TieredStore::Impl::RecordHitLocked(const BlockKey& key, int t, TransitionTy
     ++stats.prefetch_used;
     prefetch_window->OnUsed(1);
   }
-}
-
-void TieredStore::Impl::ForgetCorruptCopyLocked(const BlockKey& key, int t,
-                                                std::vector<std::pair<int, BlockKey>>& corrupt) {
-  ++stats.corrupt_blocks;
-  const std::optional<BlockInfo> info = index.Find(key);
-  auto it = blocks.find(key);
-  if (!info || it == blocks.end() || !(info->meta.tiers & (1u << t))) return;
-  const uint32_t here = BytesIn(it->second, t, info->meta.size_bytes);
-  if (it->second.split && it->second.split->upper_tier == t) corrupt.push_back(ForgetSplitLocked(key, it->second));
-  RemoveFromTierLocked(key, t, here);
-  corrupt.push_back({t, key});
 }
 
 Status TieredStore::Impl::ReadGathered(const BlockKey& key, int t, const std::optional<Block::Split>& split,

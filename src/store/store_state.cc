@@ -8,6 +8,10 @@ namespace kvtier {
 namespace {
 
 constexpr uint32_t kReclaimBlocks = 8;  // blocks' worth a full tier frees past its watermark
+// Pending evictions beyond this many are left to the tier's own expiry (a Redis maxmemory
+// policy or TTL) and counted as failures: an outage must not grow the store without bound.
+constexpr std::size_t kMaxPendingEvictions = 1 << 20;
+constexpr int kEvictionRetriesPerCall = 256;  // a tier back after an outage is caught up gradually
 
 }  // namespace
 
@@ -16,6 +20,7 @@ std::pair<int, BlockKey> TieredStore::Impl::ForgetSplitLocked(const BlockKey& ke
   TierState& lower = tier_state(split.lower_tier);
   lower.used -= std::min<uint64_t>(lower.used, split.lower_bytes);
   b.split.reset();
+  ++b.placement;
   return {split.lower_tier, PartKey(key)};
 }
 
@@ -35,8 +40,38 @@ void TieredStore::Impl::RefreshEvictableLocked(const BlockKey& key) {
   }
 }
 
+void TieredStore::Impl::BeginMoveLocked(const BlockKey& key, Block& b) {
+  b.moving = true;
+  ++b.placement;
+  RefreshEvictableLocked(key);
+}
+
+void TieredStore::Impl::EndMoveLocked(const BlockKey& key, Block& b) {
+  b.moving = false;
+  ++b.placement;
+  RefreshEvictableLocked(key);
+  move_done_.notify_all();
+}
+
+void TieredStore::Impl::DropCopyLocked(const BlockKey& key, int t, std::vector<std::pair<int, BlockKey>>& evict) {
+  const std::optional<BlockInfo> info = index.Find(key);
+  auto it = blocks.find(key);
+  if (!info || it == blocks.end() || !(info->meta.tiers & (1u << t))) return;
+  const uint32_t here = BytesIn(it->second, t, info->meta.size_bytes);
+  if (it->second.split && it->second.split->upper_tier == t) evict.push_back(ForgetSplitLocked(key, it->second));
+  RemoveFromTierLocked(key, t, here);
+  evict.push_back({t, key});
+  ForgetLocked(key);
+  RefreshEvictableLocked(key);
+}
+
 void TieredStore::Impl::AddToTierLocked(const BlockKey& key, int t, const BlockMeta& meta, const Block& b) {
   TierState& ts = tier_state(t);
+  if (auto it = blocks.find(key); it != blocks.end()) ++it->second.placement;
+  if (auto pending = pending_evictions.find(key); pending != pending_evictions.end()) {
+    pending->second = static_cast<TierMask>(pending->second & ~(1u << t));  // the new copy stays
+    if (pending->second == 0) pending_evictions.erase(pending);
+  }
   (void)index.SetTier(key, t, true);
   ts.used += meta.size_bytes;
   ++ts.blocks;
@@ -58,6 +93,7 @@ void TieredStore::Impl::RemoveFromTierLocked(const BlockKey& key, int t, uint32_
   if (ts.blocks > 0) --ts.blocks;
   ts.policy->Remove(key, Now());
   auto it = blocks.find(key);
+  if (it != blocks.end()) ++it->second.placement;
   if (t == 0 && it != blocks.end() && it->second.prefetched) {
     it->second.prefetched = false;
     ++stats.prefetch_wasted;
@@ -67,11 +103,16 @@ void TieredStore::Impl::RemoveFromTierLocked(const BlockKey& key, int t, uint32_
 }
 
 void TieredStore::Impl::ForgetLocked(const BlockKey& key) {
-  const std::optional<BlockInfo> info = index.Find(key);
-  if (!info || info->meta.tiers != 0 || info->children != 0) return;
-  if (!index.Evict(key).ok()) return;
-  blocks.erase(key);
-  if (info->parent) RefreshEvictableLocked(*info->parent);
+  std::optional<BlockKey> next = key;
+  while (next) {
+    const std::optional<BlockInfo> info = index.Find(*next);
+    if (!info || info->meta.tiers != 0 || info->children != 0) return;
+    if (auto it = blocks.find(*next); it != blocks.end() && (it->second.pins > 0 || it->second.moving)) return;
+    if (!index.Evict(*next).ok()) return;
+    blocks.erase(*next);
+    if (info->parent) RefreshEvictableLocked(*info->parent);
+    next = info->parent;  // a parent a tier lost stayed listed only for this child
+  }
 }
 
 bool TieredStore::Impl::OverHighWatermarkLocked(int t) const {
@@ -80,8 +121,12 @@ bool TieredStore::Impl::OverHighWatermarkLocked(int t) const {
 }
 
 Status TieredStore::Impl::WriteTo(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes) {
-  TierState& ts = tier_state(t);
   if (t == persist_tier) KVTIER_RETURN_IF_ERROR(JournalPuts({&key, 1}));
+  return WriteBytes(t, key, payload, bytes);
+}
+
+Status TieredStore::Impl::WriteBytes(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes) {
+  TierState& ts = tier_state(t);
   if (!options.metadata_only) return ts.tier->Write(key, payload);
   std::lock_guard lock(mu_);
   if (ts.capacity > 0 && ts.used + bytes > ts.capacity) return Status::ResourceExhausted(ts.stats.name + " is full");
@@ -105,12 +150,47 @@ Status TieredStore::Impl::ReadFrom(int t, const BlockKey& key, std::span<std::by
 }
 
 void TieredStore::Impl::EvictFrom(int t, const BlockKey& key) {
-  if (!options.metadata_only) (void)tier_state(t).tier->Evict(key);
+  const Status evicted = options.metadata_only ? Status::Ok() : tier_state(t).tier->Evict(key);
+  if (!evicted.ok() && evicted.code() != StatusCode::kNotFound) {
+    std::lock_guard lock(mu_);
+    ++stats.eviction_failures;
+    const std::optional<BlockInfo> info = index.Find(key);
+    if (pending_evictions.size() < kMaxPendingEvictions && !(info && (info->meta.tiers & (1u << t)))) {
+      pending_evictions[key] |= static_cast<TierMask>(1u << t);
+    }
+  }
   // After the eviction: a crash between the two leaves a put record whose block recovery
-  // does not find (dropped then), never a block in the tier that no record lists.
+  // does not find (dropped then), never a block in the tier that no record lists. A failed
+  // eviction is journaled too: the store no longer lists the block, and recovery drops it.
   if (t == persist_tier) {
     const JournalRecord drop{.kind = JournalRecord::Kind::kDrop, .key = key};
     (void)journal->Append({&drop, 1}, /*durable=*/false);  // at worst recovery finds the block gone
+    MaybeCompactJournal();
+  }
+}
+
+void TieredStore::Impl::RetryPendingEvictions() {
+  for (int budget = kEvictionRetriesPerCall; budget > 0; --budget) {
+    int t = -1;
+    BlockKey key;
+    {
+      std::lock_guard lock(mu_);
+      if (pending_evictions.empty()) return;
+      auto it = pending_evictions.begin();
+      key = it->first;
+      t = FastestTier(it->second);
+      it->second = static_cast<TierMask>(it->second & ~(1u << t));
+      if (it->second == 0) pending_evictions.erase(it);
+      const std::optional<BlockInfo> info = index.Find(key);
+      if (info && (info->meta.tiers & (1u << t))) continue;  // written there again meanwhile
+    }
+    const Status evicted = tier_state(t).tier->Evict(key);
+    if (evicted.ok() || evicted.code() == StatusCode::kNotFound) continue;
+    std::lock_guard lock(mu_);
+    ++stats.eviction_failures;
+    const std::optional<BlockInfo> info = index.Find(key);
+    if (!(info && (info->meta.tiers & (1u << t)))) pending_evictions[key] |= static_cast<TierMask>(1u << t);
+    return;  // still refused: the tier is down; the next call tries again
   }
 }
 
@@ -124,14 +204,14 @@ Status TieredStore::Impl::RetryMakingRoom(int t, const BlockKey& key, std::span<
   const TierState& ts = tier_state(t);  // `capacity` is set once, in Open
   if (first.code() != StatusCode::kResourceExhausted || ts.capacity == 0) return first;
   Rebalance(t, bytes);
-  Status s = WriteTo(t, key, payload, bytes);
+  Status s = WriteBytes(t, key, payload, bytes);
   if (s.code() != StatusCode::kResourceExhausted) return s;
   {
     std::lock_guard lock(mu_);
     if (ts.used + bytes > ts.capacity) return s;
   }
   Rebalance(t, bytes, uint64_t{kReclaimBlocks} * bytes);
-  return WriteTo(t, key, payload, bytes);
+  return WriteBytes(t, key, payload, bytes);
 }
 
 }  // namespace kvtier

@@ -19,10 +19,13 @@
 // may be slow; the journal has its own lock): a method reads what it needs under the lock,
 // marks the block `moving` when it moves or copies it (so no mover picks it as well), does
 // the I/O with the lock released, and takes the lock again to record the outcome, checking
-// that the block is still there. `flight_mu_` guards `in_flight` only and is never held
-// together with `mu_`. `prefetch_window`, `movers` and `journal` are thread-safe themselves.
+// that the block is still there (BeginMoveLocked / EndMoveLocked). A Put that must write a
+// block a mover holds waits on `move_done_` (with `mu_`) until the mover lets it go.
+// `flight_mu_` guards `in_flight` only and is never held together with `mu_`.
+// `prefetch_window`, `movers` and `journal` are thread-safe themselves.
 #pragma once
 
+#include <atomic>
 #include <bit>
 #include <condition_variable>
 #include <cstddef>
@@ -51,6 +54,9 @@ struct TieredStore::Impl {
     double recompute_s = 0;
     uint32_t pins = 0;
     bool moving = false;      // a mover holds it: not a victim, not moved again
+    // Changes whenever a copy is added, removed, or moved (BeginMoveLocked, EndMoveLocked):
+    // a read that misses a copy whose placement did not change meanwhile knows the tier lost it.
+    uint64_t placement = 0;
     bool prefetched = false;  // brought up by prefetch and not used since
     // Head-granular: the copy in `upper_tier` holds only the units not in `lower`, packed;
     // the `lower` units are packed under PartKey(key) in `lower_tier`.
@@ -91,6 +97,13 @@ struct TieredStore::Impl {
   // called with `mu_` released). Both set in Open.
   int persist_tier = -1;
   std::unique_ptr<BlockJournal> journal;
+
+  std::condition_variable move_done_;  // with mu_: a block's mover let it go (EndMoveLocked)
+  // Evictions a tier refused (a remote pool that is down), retried by KickRebalances until
+  // they succeed; a write of the block into that tier cancels its entry. GUARDED_BY(mu_).
+  std::unordered_map<BlockKey, TierMask, BlockKeyHash> pending_evictions;
+  std::atomic<bool> compaction_queued{false};  // a journal compaction is scheduled or running
+  std::atomic<uint64_t> compaction_floor{0};   // after a failed compaction: records before the next try
 
   std::unique_ptr<TaskPool> movers;
   std::mutex flight_mu_;
@@ -146,29 +159,44 @@ struct TieredStore::Impl {
   bool EvictableLocked(const BlockInfo& info, const Block& b, int t) const;
   // Tells each policy holding `key` whether it may pick it as a victim now.
   void RefreshEvictableLocked(const BlockKey& key);
+  // A mover takes `key` (`b`): no other mover picks it, no policy offers it as a victim. Every
+  // way out of a move ends it with EndMoveLocked, which wakes Puts waiting for the block.
+  void BeginMoveLocked(const BlockKey& key, Block& b);
+  void EndMoveLocked(const BlockKey& key, Block& b);
+  // Forgets tier `t`'s copy of `key` (corrupt, or lost by the tier), with the lower half of a
+  // split copy; `evict` gets the copies to evict once `mu_` is released. A block left with no
+  // copy is forgotten when it is a leaf.
+  void DropCopyLocked(const BlockKey& key, int t, std::vector<std::pair<int, BlockKey>>& evict);
   void AddToTierLocked(const BlockKey& key, int t, const BlockMeta& meta, const Block& b);
   // Tells the policies of every tier holding `key` when a queued request reads it next.
   void TellExpectedLocked(const BlockKey& key, std::optional<uint64_t> order);
   void RemoveFromTierLocked(const BlockKey& key, int t, uint32_t bytes);
-  // Forgets a block held by no tier: out of the index (it is a leaf) and the table; its
-  // parent may have become a leaf.
+  // Forgets a block held by no tier: out of the index (it is a leaf) and the table; so are
+  // its ancestors held by no tier that it leaves without children (copies a tier lost).
   void ForgetLocked(const BlockKey& key);
   bool OverHighWatermarkLocked(int t) const;
 
   // --- I/O, or its accounting in a metadata-only store (store_state.cc) ------------------
+  // Journals the block first when `t` is the persist tier, then WriteBytes.
   Status WriteTo(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes);
+  // The write alone: into the tier, or its accounting in a metadata-only store.
+  Status WriteBytes(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes);
   // WriteTo for a batch (not in a metadata-only store): into the persist tier, one journal
   // append first for all of them; one status per op.
   std::vector<Status> WriteBatchTo(int t, std::span<const Tier::WriteOp> writes);
   // Reads exactly out.size() bytes: a block of another size was rewritten meanwhile (a head
   // split), which the caller sees as NotFound and retries against the store's new record.
   Status ReadFrom(int t, const BlockKey& key, std::span<std::byte> out);
+  // Evicts a copy the store no longer lists. One the tier refuses (a remote pool that is
+  // down) waits in `pending_evictions`: the store never leaves a value behind for good.
   void EvictFrom(int t, const BlockKey& key);
+  // Retries the pending evictions, stopping at the first the tier refuses again. Takes `mu_`.
+  void RetryPendingEvictions();
   // Writes into tier `t`, making room when it is full (RetryMakingRoom).
   Status WriteMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes);
   // The one place that makes room in a full tier. `first` is the outcome of a write of `key`
-  // into tier `t` (WriteTo, or one op of a WriteBatch); unless the tier refused it as full,
-  // it is returned as it is. Otherwise demotion takes the tier down to its watermark and the
+  // into tier `t` (WriteTo, or one op of a WriteBatch), which journaled it; unless the tier
+  // refused it as full, it is returned as it is. Retries write the bytes only (WriteBytes). Otherwise demotion takes the tier down to its watermark and the
   // write is tried again; then, when its accounting has room for the block and the tier still
   // refuses it (its free space lies in slots of other sizes), a few blocks' worth more are
   // moved out past the watermark and the write is tried once more. A tier full of pinned
@@ -240,6 +268,7 @@ struct TieredStore::Impl {
     kPresent,    // stored already: touched and pinned, nothing to write
     kRepersist,  // stored, but the persist tier let it go: write-through writes it again
     kNew,        // indexed now: to be written
+    kWait,       // to be written again, but a mover holds it: wait on `move_done_`, then ask again
   };
   // Touches and pins chain[i] (`p`) when it is stored already, else indexes it under
   // `previous`. `meta` becomes the stored block's when it is present.
@@ -259,18 +288,18 @@ struct TieredStore::Impl {
                           TransitionType transition, std::span<std::size_t> sizes);
   // Get's steps for the block keys[i] (`key`, whose parent is `previous`): reads it into
   // `out` from the fastest tier holding it, retrying when a move takes it meanwhile. The copy
-  // of a tier that finds it corrupt is forgotten (and added to `corrupt`, to be evicted once
-  // `mu_` is released) and the next copy read. nullopt: a miss.
+  // of a tier that finds it corrupt, or no longer has it though no move took it, is forgotten
+  // (and added to `evict`, to be evicted once `mu_` is released) and the next copy read.
+  // nullopt: a miss.
   struct ReadHit {
     int tier = -1;
     std::size_t bytes = 0;
   };
   Result<std::optional<ReadHit>> ReadForGet(const BlockKey& key, std::size_t i, const std::optional<BlockKey>& previous,
                                             std::span<std::byte> out, TransitionType transition,
-                                            std::vector<std::pair<int, BlockKey>>& corrupt);
+                                            std::vector<std::pair<int, BlockKey>>& evict);
   // Counts a read from tier `t` (`gathered`: from a split copy) and touches the block.
   void RecordHitLocked(const BlockKey& key, int t, TransitionType transition, bool gathered);
-  void ForgetCorruptCopyLocked(const BlockKey& key, int t, std::vector<std::pair<int, BlockKey>>& corrupt);
   // Reads a block from tier `t`, gathering its parts when its copy there is split (`split`,
   // SplitIn as the caller saw it under `mu_`: a split that changes meanwhile shows as a size
   // mismatch, which ReadFrom reports for a retry).
@@ -290,6 +319,9 @@ struct TieredStore::Impl {
   // Open: indexes the blocks the journal lists that the persist tier still holds intact,
   // parents first, then compacts the journal to them.
   Status Recover();
+  // Schedules a compaction of the journal on a mover once it holds more than twice the
+  // records the persist tier has blocks, plus compact_journal_min_records.
+  void MaybeCompactJournal();
   // Recover's steps: indexes the intact blocks of `live` in `order` (parents first) as held by
   // the persist tier, marking those it cannot index not intact (their parent was not
   // recovered, or a forged journal lists them twice); returns their records.

@@ -1,5 +1,6 @@
 // The tiered store (store.h): its options, Open, pins and stats. The public methods that do
 // the work forward to the parts of TieredStore::Impl (store_state.h lists them).
+#include <bit>
 #include <chrono>
 
 #include "store/store_state.h"
@@ -219,6 +220,7 @@ StoreStats TieredStore::GetStats() const {
   out.queued_moves = s.movers ? s.movers->queued() : 0;
   out.index_blocks = s.index.size();
   out.expected_blocks = s.expected.size();
+  for (const auto& [key, tiers] : s.pending_evictions) out.pending_evictions += static_cast<uint64_t>(std::popcount(tiers));
   return out;
 }
 

@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <mutex>
 #include <thread>
 
 #include "kvtier/tier.h"
@@ -27,6 +29,18 @@ class FaultyTier : public TierWrapper {
   void FailOneReadIn(int n) { read_period_ = n; }
   // Every call sleeps this long first.
   void AddLatency(std::chrono::microseconds latency) { latency_us_ = latency.count(); }
+  // The next `count` evictions fail with `code` (and evict nothing), as a remote pool that is
+  // down does.
+  void FailNextEvictions(int count, StatusCode code = StatusCode::kUnavailable) {
+    evict_failure_code_ = code;
+    failing_evictions_ = count;
+  }
+  // Runs before every write (on the writer's thread): a status other than OK is returned
+  // instead of writing. Lets a test act at the moment a write is in flight. Empty: none.
+  void BeforeWrite(std::function<Status(const BlockKey&)> hook) {
+    std::lock_guard lock(hook_mu_);
+    before_write_ = std::move(hook);
+  }
 
   uint64_t injected_failures() const { return injected_.load(); }
 
@@ -36,7 +50,23 @@ class FaultyTier : public TierWrapper {
       injected_.fetch_add(1);
       return Injected(write_failure_code_.load(), "write");
     }
+    std::function<Status(const BlockKey&)> hook;
+    {
+      std::lock_guard lock(hook_mu_);
+      hook = before_write_;
+    }
+    if (hook) {
+      if (Status s = hook(key); !s.ok()) return s;
+    }
     return TierWrapper::Write(key, payload);
+  }
+
+  Status Evict(const BlockKey& key) override {
+    if (TakeOne(failing_evictions_)) {
+      injected_.fetch_add(1);
+      return Injected(evict_failure_code_.load(), "eviction");
+    }
+    return TierWrapper::Evict(key);
   }
 
   Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override {
@@ -88,6 +118,10 @@ class FaultyTier : public TierWrapper {
 
   std::atomic<StatusCode> write_failure_code_{StatusCode::kIoError};
   std::atomic<int> failing_writes_{0};
+  std::atomic<StatusCode> evict_failure_code_{StatusCode::kUnavailable};
+  std::atomic<int> failing_evictions_{0};
+  std::mutex hook_mu_;
+  std::function<Status(const BlockKey&)> before_write_;  // GUARDED_BY(hook_mu_)
   std::atomic<int> write_period_{0}, read_period_{0};
   std::atomic<uint64_t> writes_{0}, reads_{0}, injected_{0};
   std::atomic<int64_t> latency_us_{0};
