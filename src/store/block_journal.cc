@@ -28,7 +28,7 @@ constexpr uint8_t kHasParent = 0x01;
 void Encode(const JournalRecord& r, std::byte* out) {
   std::byte* body = out + 12;
   body[0] = std::byte{static_cast<uint8_t>(r.kind)};
-  body[1] = std::byte{r.parent ? kHasParent : uint8_t{0}};
+  body[1] = std::byte{static_cast<uint8_t>((r.parent ? kHasParent : uint8_t{0}) | (r.tiers << 1))};
   body[2] = std::byte{static_cast<uint8_t>(r.type)};
   body[3] = std::byte{static_cast<uint8_t>(r.transition)};
   PutU32(body + 4, r.tokens);
@@ -51,9 +51,10 @@ std::optional<JournalRecord> Decode(std::span<const std::byte> in) {
   const auto flags = std::to_integer<uint8_t>(body[1]);
   const auto type = std::to_integer<uint8_t>(body[2]);
   const auto transition = std::to_integer<uint8_t>(body[3]);
-  if (kind < 1 || kind > 2 || (flags & ~kHasParent) != 0 || type > 3 || transition > 3) return std::nullopt;
+  if (kind < 1 || kind > 2 || type > 3 || transition > 3) return std::nullopt;
   JournalRecord r{.kind = static_cast<JournalRecord::Kind>(kind),
                   .key = {GetU64(body.data() + 12), GetU64(body.data() + 20)},
+                  .tiers = static_cast<uint8_t>(flags >> 1),
                   .tokens = GetU32(body.data() + 4),
                   .bytes = GetU32(body.data() + 8),
                   .type = static_cast<BlockType>(type),
@@ -129,7 +130,7 @@ Result<BlockJournal::Contents> BlockJournal::Read(const std::string& path) {
     return Status::Corruption(path +
                               ": not a kvtier block journal (bad magic); move it away or set another journal_path");
   }
-  if (const uint32_t version = GetU32(file.data() + 8); version != kVersion) {
+  if (const uint32_t version = GetU32(file.data() + 8); version != 1 && version != kVersion) {
     return Status::Corruption(path + ": block journal version " + std::to_string(version) + ", this build reads " +
                               std::to_string(kVersion));
   }

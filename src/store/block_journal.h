@@ -1,12 +1,15 @@
-// BlockJournal: the persistent store's record of which blocks it put into its persist tier,
-// with what a block needs to be indexed again (parent, tokens, type, transition), because a
-// tier can say whether it holds a key but cannot list its keys (docs/store.md,
+// BlockJournal: the persistent store's record of which blocks it put into its durable tiers
+// (the persist tier, and tiers below it whose blocks survive a restart), with what a block
+// needs to be indexed again (parent, tokens, type, transition, the tiers holding it), because
+// a tier can say whether it holds a key but cannot list its keys (docs/store.md,
 // "Persistence").
 //
 // On disk (little-endian; do not change: a new layout takes a new kVersion):
 //   header  16 bytes: magic "KVTIERJL", u32 version, u32 reserved (0)
 //   record  u32 body length (kRecordBodyBytes), u64 xxh3-64 of the body, then the body:
-//           u8 kind, u8 flags (bit 0: has parent), u8 block type, u8 transition,
+//           u8 kind, u8 flags (bit 0: has parent; bits 1-7: the tiers holding the block, a
+//           TierMask of tiers 0-6; 0 in version 1, meaning the persist tier), u8 block
+//           type, u8 transition,
 //           u32 tokens, u32 bytes, u64 key hi, u64 key lo, u64 parent hi, u64 parent lo,
 //           f64 recompute seconds (IEEE-754 bits)
 // Records are only appended. Read stops at the first record that is short, fails its
@@ -44,6 +47,9 @@ struct JournalRecord {
   Kind kind = Kind::kPut;
   BlockKey key;
   std::optional<BlockKey> parent;  // kPut only, like the fields below
+  // The tiers holding a durable copy (bit t: tier t, tiers 0-6); 0: the persist tier (a
+  // version 1 journal).
+  uint8_t tiers = 0;
   uint32_t tokens = 0;
   uint32_t bytes = 0;
   BlockType type = BlockType::kUserContext;
@@ -53,7 +59,7 @@ struct JournalRecord {
 
 class BlockJournal {
  public:
-  static constexpr uint32_t kVersion = 1;
+  static constexpr uint32_t kVersion = 2;  // writes this; reads 1 too (its records have tiers 0)
   static constexpr std::size_t kHeaderBytes = 16;
   static constexpr std::size_t kRecordBodyBytes = 52;
   static constexpr std::size_t kRecordBytes = 12 + kRecordBodyBytes;

@@ -159,5 +159,30 @@ TEST_F(BlockJournalTest, CompactKeepsTheLiveRecordsWhileAppendsGoOn) {
   EXPECT_EQ((*journal)->records(), read->records.size());
 }
 
+// Version 2 added the tiers holding a block; a version 1 journal (written before) still
+// reads, its records held by the persist tier (tiers 0), and the new field round-trips.
+TEST_F(BlockJournalTest, ReadsVersionOneAndRoundTripsTheTiers) {
+  JournalRecord held = Put(3, std::nullopt);
+  held.tiers = 0b1010;
+  ASSERT_TRUE(BlockJournal::Create(path_, std::vector<JournalRecord>{held}, false).ok());
+  Result<BlockJournal::Contents> read = BlockJournal::Read(path_);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  ASSERT_EQ(read->records.size(), 1u);
+  EXPECT_EQ(read->records[0].tiers, 0b1010);
+
+  ASSERT_TRUE(BlockJournal::Create(path_, std::vector<JournalRecord>{Put(4, std::nullopt)}, false).ok());
+  {
+    std::fstream file(path_, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(8);
+    const char one[4] = {1, 0, 0, 0};  // the header's u32 version
+    file.write(one, 4);
+  }
+  read = BlockJournal::Read(path_);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  ASSERT_EQ(read->records.size(), 1u);
+  ExpectSame(read->records[0], Put(4, std::nullopt));
+  EXPECT_EQ(read->records[0].tiers, 0);
+}
+
 }  // namespace
 }  // namespace kvtier

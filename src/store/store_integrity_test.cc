@@ -235,5 +235,34 @@ TEST_F(StoreIntegrity, WriteThroughReadsThePayloadOnce) {
   EXPECT_EQ(in_dram, persisted) << "two different blocks under one key, each with a valid checksum";
 }
 
+// Hole 1: a persist tier that is not the last (tiers-full.yaml puts NVMe above the remote
+// pool). A block demoted out of it keeps a durable copy below, and the journal says where:
+// after a restart the chains come back whole, from both tiers.
+TEST_F(StoreIntegrity, BlocksDemotedBelowThePersistTierSurviveARestart) {
+  const std::string fs_dir = dir_ + "/pfs";
+  auto tiers = [&] {
+    std::vector<std::unique_ptr<Tier>> t;
+    t.push_back(Dram("fast", 2u << 20));
+    t.push_back(Nvme(2u << 20));
+    Result<std::unique_ptr<Tier>> pfs = NewParallelFsTier({.directory = fs_dir, .capacity_bytes = 64u << 20});
+    EXPECT_TRUE(pfs.ok()) << pfs.status().ToString();
+    t.push_back(std::move(*pfs));
+    return t;
+  };
+  constexpr uint64_t kChains = 10, kBlocks = 4;
+  {
+    Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(tiers(), WriteThrough());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    for (uint64_t chain = 0; chain < kChains; ++chain) ASSERT_TRUE(PutChain(**store, chain, kBlocks).ok());
+    ASSERT_GT((*store)->GetStats().tiers[1].demotions, 0u) << "nothing left the persist tier";
+  }
+  Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(tiers(), WriteThrough());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const StoreStats stats = (*store)->GetStats();
+  EXPECT_EQ(stats.recovered_blocks, kChains * kBlocks);
+  EXPECT_GT(stats.tiers[2].blocks, 0u);
+  for (uint64_t chain = 0; chain < kChains; ++chain) EXPECT_EQ(GetChain(**store, chain, kBlocks), kBlocks) << chain;
+}
+
 }  // namespace
 }  // namespace kvtier

@@ -1,28 +1,37 @@
-// Persistence (store_state.h): the journal of the blocks in the persist tier, write-through,
-// Flush, and recovery at Open (docs/store.md, "Persistence"). The journal has its own lock
-// and is never called under `mu_`.
+// Persistence (store_state.h): the journal of the blocks in the durable tiers (the persist
+// tier and those below it that survive a restart), write-through, Flush, and recovery at Open
+// (docs/store.md, "Persistence"). The journal has its own lock and is never called under `mu_`.
 #include <filesystem>
 
 #include "store/store_state.h"
 
 namespace kvtier {
 
-Status TieredStore::Impl::JournalPuts(std::span<const BlockKey> keys) {
+std::optional<JournalRecord> TieredStore::Impl::JournalRecordLocked(const BlockKey& key, TierMask held) const {
+  const std::optional<BlockInfo> info = index.Find(key);
+  auto it = blocks.find(key);
+  if (!info || it == blocks.end()) return std::nullopt;
+  return JournalRecord{.kind = JournalRecord::Kind::kPut,
+                       .key = key,
+                       .parent = info->parent,
+                       .tiers = held,
+                       .tokens = it->second.tokens,
+                       .bytes = info->meta.size_bytes,
+                       .type = info->meta.type,
+                       .transition = info->meta.transition,
+                       .recompute_seconds = it->second.recompute_s};
+}
+
+Status TieredStore::Impl::JournalPuts(int t, std::span<const BlockKey> keys) {
   std::vector<JournalRecord> records;
   {
     std::lock_guard lock(mu_);
     for (const BlockKey& key : keys) {
       const std::optional<BlockInfo> info = index.Find(key);
-      auto it = blocks.find(key);
-      if (!info || it == blocks.end()) return Status::NotFound("store: block " + key.ToHex() + " left the store");
-      records.push_back({.kind = JournalRecord::Kind::kPut,
-                         .key = key,
-                         .parent = info->parent,
-                         .tokens = it->second.tokens,
-                         .bytes = info->meta.size_bytes,
-                         .type = info->meta.type,
-                         .transition = info->meta.transition,
-                         .recompute_seconds = it->second.recompute_s});
+      const TierMask held = static_cast<TierMask>(((info ? info->meta.tiers : 0) & durable) | (1u << t));
+      std::optional<JournalRecord> record = JournalRecordLocked(key, held);
+      if (!record) return Status::NotFound("store: block " + key.ToHex() + " left the store");
+      records.push_back(*record);
     }
   }
   KVTIER_RETURN_IF_ERROR(journal->Append(records, /*durable=*/true));
@@ -30,11 +39,26 @@ Status TieredStore::Impl::JournalPuts(std::span<const BlockKey> keys) {
   return Status::Ok();
 }
 
-void TieredStore::Impl::MaybeCompactJournal() {
-  uint64_t live = 0;
+void TieredStore::Impl::JournalEviction(int t, const BlockKey& key) {
+  std::optional<JournalRecord> record;
   {
     std::lock_guard lock(mu_);
-    live = tier_state(persist_tier).blocks;
+    const std::optional<BlockInfo> info = index.Find(key);
+    const TierMask left = static_cast<TierMask>((info ? info->meta.tiers : 0) & durable & ~(1u << t));
+    if (left != 0) record = JournalRecordLocked(key, left);
+  }
+  if (!record) record = JournalRecord{.kind = JournalRecord::Kind::kDrop, .key = key};
+  (void)journal->Append({&*record, 1}, /*durable=*/false);  // at worst recovery finds the copy gone
+  MaybeCompactJournal();
+}
+
+void TieredStore::Impl::MaybeCompactJournal() {
+  uint64_t live = 0;  // copies in durable tiers: at least the blocks the journal lists
+  {
+    std::lock_guard lock(mu_);
+    for (int t = 0; t <= last_tier(); ++t) {
+      if (durable & (1u << t)) live += tier_state(t).blocks;
+    }
   }
   const uint64_t min_records = options.persistence->compact_journal_min_records;
   const uint64_t records = journal->records();
@@ -66,7 +90,7 @@ Status TieredStore::Impl::CopyToPersistTier(const BlockKey& key, std::vector<std
     std::lock_guard lock(mu_);
     const std::optional<BlockInfo> info = index.Find(key);
     auto it = blocks.find(key);
-    if (!info || it == blocks.end() || info->meta.tiers == 0 || (info->meta.tiers & (1u << persist_tier))) {
+    if (!info || it == blocks.end() || info->meta.tiers == 0 || (info->meta.tiers & durable)) {
       return Status::Ok();  // dropped meanwhile, or persisted already
     }
     if (it->second.moving) return Status::Unavailable("store: block " + key.ToHex() + " was moving; Flush again");
@@ -138,13 +162,13 @@ std::vector<std::size_t> ParentsFirst(std::span<const JournalRecord> live) {
   return order;
 }
 
-// Whether each live block is in `tier` at its journaled size and, with `verify_checksums`,
-// reads back intact (in batches: one ReadBatch per kRecoveryBatch blocks or
-// kRecoveryBatchBytes).
+// Whether each live block the journal lists in `tier` (`listed`) is there at its journaled
+// size and, with `verify_checksums`, reads back intact (in batches: one ReadBatch per
+// kRecoveryBatch blocks or kRecoveryBatchBytes).
 std::vector<bool> FindIntact(Tier& tier, std::span<const JournalRecord> live, std::span<const std::size_t> order,
-                             bool verify_checksums) {
+                             const std::vector<bool>& listed, bool verify_checksums) {
   std::vector<bool> intact(live.size());
-  for (std::size_t i : order) intact[i] = tier.Size(live[i].key) == live[i].bytes;
+  for (std::size_t i : order) intact[i] = listed[i] && tier.Size(live[i].key) == live[i].bytes;
   if (!verify_checksums) return intact;
   std::vector<std::byte> buffer;
   std::vector<Tier::ReadOp> ops;
@@ -179,10 +203,24 @@ std::vector<bool> FindIntact(Tier& tier, std::span<const JournalRecord> live, st
 
 Status TieredStore::Impl::Recover() {
   const PersistenceOptions& po = *options.persistence;
-  Tier& tier = *tier_state(persist_tier).tier;
   KVTIER_ASSIGN_OR_RETURN(const LiveRecords live, ReadLiveRecords(po.journal_path));
   const std::vector<std::size_t> order = ParentsFirst(live.records);
-  std::vector<bool> intact = FindIntact(tier, live.records, order, po.verify_checksums);
+  // Where each block's durable copies are (a version 1 journal lists the persist tier only),
+  // then where they are intact.
+  std::vector<TierMask> listed(live.records.size()), intact(live.records.size());
+  for (std::size_t i = 0; i < live.records.size(); ++i) {
+    const TierMask held = live.records[i].tiers == 0 ? static_cast<TierMask>(1u << persist_tier) : live.records[i].tiers;
+    listed[i] = static_cast<TierMask>(held & durable);
+  }
+  for (int t = 0; t <= last_tier(); ++t) {
+    if (!(durable & (1u << t))) continue;
+    std::vector<bool> in_t(live.records.size());
+    for (std::size_t i = 0; i < live.records.size(); ++i) in_t[i] = (listed[i] & (1u << t)) != 0;
+    const std::vector<bool> found = FindIntact(*tier_state(t).tier, live.records, order, in_t, po.verify_checksums);
+    for (std::size_t i = 0; i < live.records.size(); ++i) {
+      if (found[i]) intact[i] |= static_cast<TierMask>(1u << t);
+    }
+  }
   std::vector<JournalRecord> recovered;
   {
     std::lock_guard lock(mu_);
@@ -191,38 +229,43 @@ Status TieredStore::Impl::Recover() {
     stats.recovered_blocks = recovered.size();
     stats.recovery_dropped_blocks = live.records.size() - recovered.size();
   }
-  // What was not recovered leaves the tier too (a block whose parent was dropped is of no use).
+  // Copies not recovered leave their tiers too (corrupt, or under a parent that was dropped).
   for (std::size_t i = 0; i < live.records.size(); ++i) {
-    if (!intact[i]) (void)tier.Evict(live.records[i].key);
+    for (int t = 0; t <= last_tier(); ++t) {
+      if ((listed[i] & ~intact[i]) & (1u << t)) (void)tier_state(t).tier->Evict(live.records[i].key);
+    }
   }
   return OpenCompactedJournal(recovered);
 }
 
 std::vector<JournalRecord> TieredStore::Impl::IndexRecoveredLocked(std::span<const JournalRecord> live,
                                                                    std::span<const std::size_t> order,
-                                                                   std::vector<bool>& intact) {
+                                                                   std::vector<TierMask>& intact) {
   std::vector<JournalRecord> recovered;
   for (std::size_t i : order) {
     const JournalRecord& r = live[i];
-    if (!intact[i] || (r.parent && !blocks.contains(*r.parent))) {
-      intact[i] = false;
+    if (intact[i] == 0 || (r.parent && !blocks.contains(*r.parent))) {
+      intact[i] = 0;
       continue;
     }
     const BlockMeta meta{.size_bytes = r.bytes, .type = r.type, .transition = r.transition};
     uint64_t tokens_before = 0;
     if (r.parent) tokens_before = blocks[*r.parent].tokens_before + blocks[*r.parent].tokens;
     if (!index.Insert({&r.key, 1}, {&meta, 1}, static_cast<uint64_t>(Now() * 1e6), r.parent).ok()) {
-      intact[i] = false;  // listed twice under different parents: only a forged journal does that
+      intact[i] = 0;  // listed twice under different parents: only a forged journal does that
       continue;
     }
     const Block b{.tokens = r.tokens,
                   .tokens_before = tokens_before,
                   .recompute_s = RecomputeSeconds(r.recompute_seconds, r.tokens, tokens_before)};
     blocks[r.key] = b;
-    AddToTierLocked(r.key, persist_tier, meta, b);
+    for (int t = 0; t <= last_tier(); ++t) {
+      if (intact[i] & (1u << t)) AddToTierLocked(r.key, t, meta, b);
+    }
     if (r.parent) RefreshEvictableLocked(*r.parent);
     RefreshEvictableLocked(r.key);
     recovered.push_back(r);
+    recovered.back().tiers = intact[i];
   }
   return recovered;
 }
@@ -251,12 +294,11 @@ Status TieredStore::Impl::Flush() {
   Status first = Status::Ok();
   if (!write_through()) {
     Drain();  // blocks a mover holds are skipped below
-    const TierMask persisted = static_cast<TierMask>(1u << persist_tier);
     std::vector<BlockKey> keys;
     {
       std::lock_guard lock(mu_);
       index.ForEachBlock([&](const BlockInfo& info) {
-        if (info.meta.tiers != 0 && !(info.meta.tiers & persisted)) keys.push_back(info.key);
+        if (info.meta.tiers != 0 && !(info.meta.tiers & durable)) keys.push_back(info.key);
       });
     }
     std::vector<std::byte> buffer;

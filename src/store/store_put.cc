@@ -126,7 +126,7 @@ Result<TieredStore::Impl::PutAction> TieredStore::Impl::IndexForPutLocked(const 
                                    " is stored under another parent (a hash collision)");
     }
     auto it = blocks.find(p.key);
-    const bool unpersisted = write_through() && !(info->meta.tiers & (1u << persist_tier)) &&
+    const bool unpersisted = write_through() && !(info->meta.tiers & durable) &&
                              info->meta.size_bytes == meta.size_bytes && it != blocks.end();
     // Write-through acknowledges a block once the persist tier holds it: one a mover holds
     // (demoting it, perhaps into the persist tier, perhaps failing) is the mover's until it

@@ -121,7 +121,7 @@ bool TieredStore::Impl::OverHighWatermarkLocked(int t) const {
 }
 
 Status TieredStore::Impl::WriteTo(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes) {
-  if (t == persist_tier) KVTIER_RETURN_IF_ERROR(JournalPuts({&key, 1}));
+  if (durable & (1u << t)) KVTIER_RETURN_IF_ERROR(JournalPuts(t, {&key, 1}));
   return WriteBytes(t, key, payload, bytes);
 }
 
@@ -134,10 +134,10 @@ Status TieredStore::Impl::WriteBytes(int t, const BlockKey& key, std::span<const
 }
 
 std::vector<Status> TieredStore::Impl::WriteBatchTo(int t, std::span<const Tier::WriteOp> writes) {
-  if (t == persist_tier) {
+  if (durable & (1u << t)) {
     std::vector<BlockKey> keys;
     for (const Tier::WriteOp& w : writes) keys.push_back(w.key);
-    if (Status journaled = JournalPuts(keys); !journaled.ok()) return std::vector<Status>(writes.size(), journaled);
+    if (Status journaled = JournalPuts(t, keys); !journaled.ok()) return std::vector<Status>(writes.size(), journaled);
   }
   return tier_state(t).tier->WriteBatch(writes);
 }
@@ -159,14 +159,10 @@ void TieredStore::Impl::EvictFrom(int t, const BlockKey& key) {
       pending_evictions[key] |= static_cast<TierMask>(1u << t);
     }
   }
-  // After the eviction: a crash between the two leaves a put record whose block recovery
-  // does not find (dropped then), never a block in the tier that no record lists. A failed
-  // eviction is journaled too: the store no longer lists the block, and recovery drops it.
-  if (t == persist_tier) {
-    const JournalRecord drop{.kind = JournalRecord::Kind::kDrop, .key = key};
-    (void)journal->Append({&drop, 1}, /*durable=*/false);  // at worst recovery finds the block gone
-    MaybeCompactJournal();
-  }
+  // After the eviction: a crash between the two leaves a record of a copy recovery does not
+  // find (dropped then), never a copy in the tier that no record lists. A failed eviction is
+  // journaled too: the store no longer lists the copy, and recovery does not look for it.
+  if (durable & (1u << t)) JournalEviction(t, key);
 }
 
 void TieredStore::Impl::RetryPendingEvictions() {

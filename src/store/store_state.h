@@ -93,9 +93,12 @@ struct TieredStore::Impl {
   store_internal::ExpectedReads expected;                    // GUARDED_BY(mu_)
   uint64_t expect_sequence = 0;                              // GUARDED_BY(mu_): the last Expect's order
 
-  // Persistence: the persist tier's index (-1 without) and the journal (thread-safe itself,
-  // called with `mu_` released). Both set in Open.
+  // Persistence: the persist tier's index (-1 without); the durable tiers, whose copies the
+  // journal records (the persist tier and each tier below it whose blocks survive a restart:
+  // nvme, remote_pool, parallel_fs); the journal (thread-safe itself, called with `mu_`
+  // released). All set in Open.
   int persist_tier = -1;
+  TierMask durable = 0;
   std::unique_ptr<BlockJournal> journal;
 
   std::condition_variable move_done_;  // with mu_: a block's mover let it go (EndMoveLocked)
@@ -306,27 +309,33 @@ struct TieredStore::Impl {
   Status ReadGathered(const BlockKey& key, int t, const std::optional<Block::Split>& split, std::span<std::byte> out);
 
   // --- Persistence (store_persist.cc) -----------------------------------------------------
-  // Journals blocks about to be written into the persist tier, before the write: a crash
+  // Journals blocks about to be written into durable tier `t`, before the write: a crash
   // between the two leaves a record whose block recovery does not find (and drops), never a
   // block in the tier that no record lists. NotFound when a block left the store meanwhile.
-  Status JournalPuts(std::span<const BlockKey> keys);
+  Status JournalPuts(int t, std::span<const BlockKey> keys);
+  // Journals that durable tier `t` no longer holds `key`, after its eviction: a record of the
+  // durable copies left, or a drop when none is.
+  void JournalEviction(int t, const BlockKey& key);
+  // The journal record of a block as the store lists it, held by `tiers`. nullopt: unknown.
+  std::optional<JournalRecord> JournalRecordLocked(const BlockKey& key, TierMask tiers) const;
   // Writes a new block into the persist tier (journaled by WriteTo), making room there the
   // way Place does. The persist tier's policy is not asked to admit it: it only picks victims.
   Status Persist(const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes);
   // Flush: copies one stored block into the persist tier unless it is there already.
   // `buffer` is reused between calls.
   Status CopyToPersistTier(const BlockKey& key, std::vector<std::byte>& buffer);
-  // Open: indexes the blocks the journal lists that the persist tier still holds intact,
+  // Open: indexes the blocks the journal lists that their durable tiers still hold intact,
   // parents first, then compacts the journal to them.
   Status Recover();
   // Schedules a compaction of the journal on a mover once it holds more than twice the
   // records the persist tier has blocks, plus compact_journal_min_records.
   void MaybeCompactJournal();
-  // Recover's steps: indexes the intact blocks of `live` in `order` (parents first) as held by
-  // the persist tier, marking those it cannot index not intact (their parent was not
-  // recovered, or a forged journal lists them twice); returns their records.
+  // Recover's steps: indexes the blocks of `live` in `order` (parents first) as held by the
+  // tiers where they were found intact (`intact`, one mask per record), clearing the masks of
+  // those it cannot index (their parent was not recovered, or a forged journal lists them
+  // twice); returns their records.
   std::vector<JournalRecord> IndexRecoveredLocked(std::span<const JournalRecord> live,
-                                                  std::span<const std::size_t> order, std::vector<bool>& intact);
+                                                  std::span<const std::size_t> order, std::vector<TierMask>& intact);
   // Replaces the journal with one that lists `recovered` only; on a disk too full for that,
   // goes on with the journal as it is.
   Status OpenCompactedJournal(std::span<const JournalRecord> recovered);

@@ -95,6 +95,12 @@ Result<std::unique_ptr<TieredStore>> TieredStore::Open(std::vector<std::unique_p
   impl->options = std::move(options);
   if (impl->options.persistence) {
     impl->persist_tier = static_cast<int>(impl->options.persistence->tier);
+    for (int t = impl->persist_tier; t <= impl->last_tier(); ++t) {
+      const TierKind kind = impl->tier_state(t).stats.kind;
+      if (kind == TierKind::kNvme || kind == TierKind::kRemotePool || kind == TierKind::kParallelFs) {
+        impl->durable |= static_cast<TierMask>(1u << t);
+      }
+    }
     KVTIER_RETURN_IF_ERROR(impl->Recover());
   }
   if (!impl->options.synchronous_moves) {
