@@ -115,6 +115,13 @@ void RenderStore(const StoreStats& s, Exposition& e) {
   e.Single("kvtier_put_blocks_total", "counter", "Blocks Put stored.", s.put_blocks);
   e.Single("kvtier_corrupt_blocks_total", "counter", "Block reads a tier refused for a failed checksum.",
            s.corrupt_blocks);
+  e.Single("kvtier_vanished_copies_total", "counter",
+           "Block copies a tier no longer held when read (a TTL, a restart, another process); forgotten.",
+           s.vanished_copies);
+  e.Single("kvtier_eviction_failures_total", "counter", "Evictions a tier refused (each is retried).",
+           s.eviction_failures);
+  e.Single("kvtier_pending_evictions", "gauge", "Evictions waiting for their tier to come back.",
+           s.pending_evictions);
   e.Single("kvtier_prefetch_issued_blocks_total", "counter", "Blocks prefetched into the fastest tier.",
            s.prefetch_issued);
   e.Single("kvtier_prefetch_used_blocks_total", "counter", "Prefetched blocks a Get then read.", s.prefetch_used);
@@ -142,6 +149,11 @@ void RenderStore(const StoreStats& s, Exposition& e) {
            "Journaled blocks dropped when the store opened (missing, corrupt, or under a dropped parent).",
            s.recovery_dropped_blocks);
   e.Single("kvtier_journal_records", "gauge", "Records in the block journal now.", s.journal_records);
+  e.Single("kvtier_journal_compactions_total", "counter", "Journal compactions while the store ran.",
+           s.journal_compactions);
+  e.Single("kvtier_journal_compaction_failures_total", "counter",
+           "Journal compactions that failed (e.g. a full disk); the journal went on as it was.",
+           s.journal_compaction_failures);
 }
 
 // "0.3-0.4": bin i of CalibrationReport's ten.

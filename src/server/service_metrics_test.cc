@@ -295,12 +295,13 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
         "kvtier_tier_promotions_total", "kvtier_tier_demotions_total", "kvtier_tier_drops_total",
         "kvtier_tier_refused_total", "kvtier_lookups_total", "kvtier_lookup_blocks_total", "kvtier_gets_total",
         "kvtier_get_blocks_total", "kvtier_get_misses_total", "kvtier_puts_total", "kvtier_put_blocks_total",
-        "kvtier_corrupt_blocks_total", "kvtier_prefetch_issued_blocks_total", "kvtier_prefetch_used_blocks_total",
+        "kvtier_corrupt_blocks_total", "kvtier_vanished_copies_total", "kvtier_eviction_failures_total",
+        "kvtier_pending_evictions", "kvtier_prefetch_issued_blocks_total", "kvtier_prefetch_used_blocks_total",
         "kvtier_prefetch_wasted_blocks_total", "kvtier_prefetch_wasted_bytes_total", "kvtier_prefetch_window_blocks",
         "kvtier_recompute_preferred_total", "kvtier_head_splits_total", "kvtier_head_split_reads_total",
         "kvtier_head_importance_assumed", "kvtier_mover_queue_depth", "kvtier_pinned_blocks", "kvtier_index_blocks",
         "kvtier_recovered_blocks", "kvtier_recovery_dropped_blocks", "kvtier_journal_records",
-        "kvtier_predictor_reuse_alpha", "kvtier_predictor_reuse_beta", "kvtier_predictor_reuse_probability",
+        "kvtier_journal_compactions_total", "kvtier_journal_compaction_failures_total", "kvtier_predictor_reuse_alpha", "kvtier_predictor_reuse_beta", "kvtier_predictor_reuse_probability",
         "kvtier_predictor_observations_total", "kvtier_predictor_predictions_total", "kvtier_predictor_brier_score",
         "kvtier_predictor_brier_score_overall", "kvtier_predictor_reliability_predictions_total",
         "kvtier_predictor_reliability_mean_predicted", "kvtier_predictor_reliability_observed_frequency",
@@ -309,7 +310,7 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
         "kvtier_connections_rejected_total", "kvtier_frames_rejected_total", "kvtier_requests_in_flight"}) {
     EXPECT_TRUE(e.types.contains(family)) << family;
   }
-  EXPECT_EQ(e.types.size(), 50u) << "a family was added: list it here and in docs/metrics.md";
+  EXPECT_EQ(e.types.size(), 55u) << "a family was added: list it here and in docs/metrics.md";
 
   EXPECT_EQ(e.Value("kvtier_tier_capacity_bytes", {{"tier", "hbm"}, {"kind", "gpu_hbm"}}), 1 << 30);
   EXPECT_EQ(e.Value("kvtier_tier_blocks", {{"tier", "nvme0"}, {"kind", "nvme"}}), 0);
