@@ -264,5 +264,33 @@ TEST_F(StoreIntegrity, BlocksDemotedBelowThePersistTierSurviveARestart) {
   for (uint64_t chain = 0; chain < kChains; ++chain) EXPECT_EQ(GetChain(**store, chain, kBlocks), kBlocks) << chain;
 }
 
+// A copy leaving a tier is evicted after the store's lock is released. A Put of the same
+// block in between (it was dropped, and is put again) waits for that eviction instead of
+// writing a copy the eviction then deletes: an acknowledged write-through block is never lost.
+TEST_F(StoreIntegrity, APutAfterADropIsNotUndoneByTheDropsEviction) {
+  auto store = Open(Dram("fast", 2u << 20), Nvme(2u << 20), WriteThrough());
+  ASSERT_NE(store, nullptr);
+  const BlockKey x = Key(200, 0);
+  std::thread racing_put;
+  Status racing_status = Status::Ok();
+  lower->BeforeEvict([&](const BlockKey& key) {
+    if (key != x || racing_put.joinable()) return Status::Ok();
+    racing_put = std::thread([&] { racing_status = PutChain(*store, 200, 1).status(); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the Put meets the eviction
+    return Status::Ok();
+  });
+  ASSERT_TRUE(PutChain(*store, 200, 1).ok());
+  for (uint64_t chain = 0; chain < 64 && !racing_put.joinable(); ++chain) {
+    ASSERT_TRUE(PutChain(*store, chain, 1).ok());  // x leaves DRAM, then the persist tier
+  }
+  ASSERT_TRUE(racing_put.joinable()) << "x was never dropped";
+  racing_put.join();
+  lower->BeforeEvict({});
+  ASSERT_TRUE(racing_status.ok()) << racing_status.ToString();
+  EXPECT_TRUE(lower->Size(x).has_value()) << "the drop's eviction deleted the new copy";
+  EXPECT_EQ(store->Lookup({&x, 1}).prefix_blocks, 1u);
+  EXPECT_EQ(GetChain(*store, 200, 1), 1u);
+}
+
 }  // namespace
 }  // namespace kvtier

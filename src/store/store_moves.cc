@@ -191,6 +191,15 @@ bool TieredStore::Impl::SettleVictims(int t, std::span<const Victim> batch, std:
   }
   for (const BlockKey& key : leaving) EvictFrom(t, key);
   for (const auto& [tier, part] : parts_leaving) EvictFrom(tier, part);
+  {
+    // A block stays claimed while its copy leaves, so that no write of the key (a Put of a
+    // block just dropped, say) lands before the eviction and is deleted by it.
+    std::lock_guard lock(mu_);
+    for (const BlockKey& key : leaving) {
+      if (auto it = blocks.find(key); it != blocks.end()) EndMoveLocked(key, it->second);
+      ForgetLocked(key);  // dropped: held by no tier now
+    }
+  }
   KickRebalances();  // the tier below may be over its watermark now
   return progressed;
 }
@@ -233,7 +242,7 @@ bool TieredStore::Impl::SettleVictimLocked(int t, const Victim& v, const Status&
     if (b.split) parts_leaving.push_back(ForgetSplitLocked(v.key, b));
     RemoveFromTierLocked(v.key, t, here);
     leaving.push_back(v.key);
-    ForgetLocked(v.key);
+    BeginMoveLocked(v.key, b);  // until its copy is evicted; then it is forgotten
     return true;
   }
   if (v.action == Victim::Action::kDemote) {
@@ -251,8 +260,7 @@ bool TieredStore::Impl::SettleVictimLocked(int t, const Victim& v, const Status&
   if (b.split && b.split->upper_tier == t) parts_leaving.push_back(ForgetSplitLocked(v.key, b));
   RemoveFromTierLocked(v.key, t, here);
   leaving.push_back(v.key);
-  if (v.action == Victim::Action::kDrop) ForgetLocked(v.key);
-  RefreshEvictableLocked(v.key);
+  BeginMoveLocked(v.key, b);  // until its copy is evicted (a dropped block is forgotten then)
   return true;
 }
 

@@ -232,7 +232,12 @@ Status TieredStore::Impl::Recover() {
   // Copies not recovered leave their tiers too (corrupt, or under a parent that was dropped).
   for (std::size_t i = 0; i < live.records.size(); ++i) {
     for (int t = 0; t <= last_tier(); ++t) {
-      if ((listed[i] & ~intact[i]) & (1u << t)) (void)tier_state(t).tier->Evict(live.records[i].key);
+      if (!((listed[i] & ~intact[i]) & (1u << t))) continue;
+      const Status evicted = tier_state(t).tier->Evict(live.records[i].key);
+      if (evicted.ok() || evicted.code() == StatusCode::kNotFound) continue;
+      std::lock_guard lock(mu_);  // retried later, as any refused eviction (EvictFrom)
+      ++stats.eviction_failures;
+      pending_evictions[live.records[i].key] |= static_cast<TierMask>(1u << t);
     }
   }
   return OpenCompactedJournal(recovered);

@@ -144,6 +144,9 @@ Result<TieredStore::Impl::PutAction> TieredStore::Impl::IndexForPutLocked(const 
     meta = info->meta;
     return unpersisted ? PutAction::kRepersist : PutAction::kPresent;
   }
+  // A block held by no tier whose last copy a mover is still evicting: written now, the new
+  // copy could be the one the eviction deletes.
+  if (auto it = blocks.find(p.key); info && it != blocks.end() && it->second.moving) return PutAction::kWait;
   ++stats.put_blocks;
   if (!info) {
     Result<std::size_t> inserted = index.Insert({&p.key, 1}, {&meta, 1}, static_cast<uint64_t>(Now() * 1e6), previous);

@@ -242,7 +242,8 @@ struct TieredStore::Impl {
   // victim left tier `t` (or was split): when none did, rebalancing again would not help.
   bool SettleVictims(int t, std::span<const Victim> batch, std::span<const Status> moved);
   // SettleVictims for one victim: the copies to evict once `mu_` is released are added to
-  // `leaving` (from tier `t`) and `parts_leaving` (split parts, with their tier).
+  // `leaving` (from tier `t`) and `parts_leaving` (split parts, with their tier). A victim in
+  // `leaving` stays claimed (moving) until SettleVictims has evicted its copy.
   bool SettleVictimLocked(int t, const Victim& v, const Status& moved, std::vector<BlockKey>& leaving,
                           std::vector<std::pair<int, BlockKey>>& parts_leaving);
   // Whether tier `t`'s victim `b` may leave it head-granular: its least important heads

@@ -41,6 +41,11 @@ class FaultyTier : public TierWrapper {
     std::lock_guard lock(hook_mu_);
     before_write_ = std::move(hook);
   }
+  // The same before every eviction.
+  void BeforeEvict(std::function<Status(const BlockKey&)> hook) {
+    std::lock_guard lock(hook_mu_);
+    before_evict_ = std::move(hook);
+  }
 
   uint64_t injected_failures() const { return injected_.load(); }
 
@@ -50,14 +55,7 @@ class FaultyTier : public TierWrapper {
       injected_.fetch_add(1);
       return Injected(write_failure_code_.load(), "write");
     }
-    std::function<Status(const BlockKey&)> hook;
-    {
-      std::lock_guard lock(hook_mu_);
-      hook = before_write_;
-    }
-    if (hook) {
-      if (Status s = hook(key); !s.ok()) return s;
-    }
+    if (Status s = RunHook(before_write_, key); !s.ok()) return s;
     return TierWrapper::Write(key, payload);
   }
 
@@ -66,6 +64,7 @@ class FaultyTier : public TierWrapper {
       injected_.fetch_add(1);
       return Injected(evict_failure_code_.load(), "eviction");
     }
+    if (Status s = RunHook(before_evict_, key); !s.ok()) return s;
     return TierWrapper::Evict(key);
   }
 
@@ -111,6 +110,14 @@ class FaultyTier : public TierWrapper {
     const int n = period.load();
     return n > 0 && (counter.fetch_add(1) + 1) % static_cast<uint64_t>(n) == 0;
   }
+  Status RunHook(const std::function<Status(const BlockKey&)>& slot, const BlockKey& key) {
+    std::function<Status(const BlockKey&)> hook;
+    {
+      std::lock_guard lock(hook_mu_);
+      hook = slot;
+    }
+    return hook ? hook(key) : Status::Ok();
+  }
   void Delay() const {
     const auto us = latency_us_.load();
     if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
@@ -122,6 +129,7 @@ class FaultyTier : public TierWrapper {
   std::atomic<int> failing_evictions_{0};
   std::mutex hook_mu_;
   std::function<Status(const BlockKey&)> before_write_;  // GUARDED_BY(hook_mu_)
+  std::function<Status(const BlockKey&)> before_evict_;  // GUARDED_BY(hook_mu_)
   std::atomic<int> write_period_{0}, read_period_{0};
   std::atomic<uint64_t> writes_{0}, reads_{0}, injected_{0};
   std::atomic<int64_t> latency_us_{0};
