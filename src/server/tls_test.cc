@@ -62,11 +62,11 @@ class TlsTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  ServerOptions TlsOptions() const {
+  ServerOptions TlsOptions() {
     ServerOptions options;
     options.tcp = true;
     options.tls = {.cert_file = pki_.server_cert, .key_file = pki_.server_key};
-    options.metrics = const_cast<server::ServiceMetrics*>(&metrics_);
+    options.metrics = &metrics_;
     return options;
   }
 
