@@ -204,21 +204,21 @@ struct Server::Impl {
   // is told why in its own framing first; every failure is counted.
   bool Secure(FrameSocket& socket) {
     const int timeout_ms = options.tls.handshake_timeout_ms;
-    Result<bool> plain = server::PlainKvtierWaiting(socket.fd(), timeout_ms);
-    Result<std::unique_ptr<server::ByteStream>> stream = Status::Unavailable("not a TLS client");
+    const Result<bool> plain = server::PlainKvtierWaiting(socket.fd(), timeout_ms);
+    Result<std::unique_ptr<server::ByteStream>> stream =
+        plain.ok() && !*plain ? tls->Accept(socket.fd(), timeout_ms) : Status::Unavailable("not a TLS client");
+    if (stream.ok()) {
+      socket.UseStream(std::move(*stream));
+      return true;
+    }
+    // Counted before the plain client is told, so that the count is there once it knows.
+    if (options.metrics) options.metrics->TlsHandshakeFailed();
     if (plain.ok() && *plain) {
       SendError(socket, Status::FailedPrecondition("this kvtier port speaks TLS: connect with TLS (ClientOptions::tls)"),
                 0, protocol::MessageType::kError, options.limits);
       DiscardWaiting(socket.fd());
-    } else if (plain.ok()) {
-      stream = tls->Accept(socket.fd(), timeout_ms);
     }
-    if (!stream.ok()) {
-      if (options.metrics) options.metrics->TlsHandshakeFailed();
-      return false;
-    }
-    socket.UseStream(std::move(*stream));
-    return true;
+    return false;
   }
 
   void ReapFinished() {
