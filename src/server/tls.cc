@@ -6,6 +6,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +20,37 @@ namespace {
 
 using SslPtr = std::unique_ptr<SSL, decltype(&::SSL_free)>;
 using Clock = std::chrono::steady_clock;
+
+// OpenSSL's socket BIO writes without MSG_NOSIGNAL, so a write to a peer that has gone
+// raises SIGPIPE, which kills a process that does not ignore it (an engine embedding the
+// client, a test). SIGPIPE from a write goes to the writing thread: blocked there for the
+// duration of one OpenSSL call, and one that arrived meanwhile is taken off, the write fails
+// with EPIPE instead (libpq does the same).
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    ::sigemptyset(&pipe_);
+    ::sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    ::sigpending(&pending);
+    was_pending_ = ::sigismember(&pending, SIGPIPE) == 1;
+    ::pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeBlocked() {
+    sigset_t pending;
+    if (!was_pending_ && ::sigpending(&pending) == 0 && ::sigismember(&pending, SIGPIPE) == 1) {
+      const timespec now{};
+      ::sigtimedwait(&pipe_, nullptr, &now);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+};
 
 // OpenSSL's queued errors, oldest first, as "reason; reason"; the queue is left empty.
 std::string TakeErrors() {
@@ -80,7 +113,10 @@ class TlsStream final : public ByteStream {
     while (sent < bytes.size()) {
       ::ERR_clear_error();
       std::size_t n = 0;
-      const int rc = ::SSL_write_ex(ssl_.get(), bytes.data() + sent, bytes.size() - sent, &n);
+      const int rc = [&] {
+        const SigpipeBlocked blocked;
+        return ::SSL_write_ex(ssl_.get(), bytes.data() + sent, bytes.size() - sent, &n);
+      }();
       if (rc == 1) {
         sent += n;
         continue;
@@ -94,7 +130,10 @@ class TlsStream final : public ByteStream {
     for (;;) {
       ::ERR_clear_error();
       std::size_t n = 0;
-      const int rc = ::SSL_read_ex(ssl_.get(), into.data(), into.size(), &n);
+      const int rc = [&] {
+        const SigpipeBlocked blocked;  // a read may write (TLS 1.3 tickets, key updates, alerts)
+        return ::SSL_read_ex(ssl_.get(), into.data(), into.size(), &n);
+      }();
       if (rc == 1) return n;
       const int error = ::SSL_get_error(ssl_.get(), rc);
       if (error == SSL_ERROR_ZERO_RETURN) return std::size_t{0};
@@ -127,13 +166,17 @@ class TlsStream final : public ByteStream {
   const int fd_;
 };
 
-// Runs SSL_accept or SSL_connect to completion on non-blocking `fd` by `deadline`.
+// Runs SSL_accept or SSL_connect to completion on non-blocking `fd` within `timeout_ms`
+// (0: no limit).
 template <typename Step>
 Status Handshake(SSL* ssl, int fd, int timeout_ms, Step step) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
     ::ERR_clear_error();
-    const int rc = step(ssl);
+    const int rc = [&] {
+      const SigpipeBlocked blocked;
+      return step(ssl);
+    }();
     if (rc == 1) return Status::Ok();
     const int error = ::SSL_get_error(ssl, rc);
     if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) {

@@ -165,6 +165,19 @@ TEST_F(TlsTest, PlainClientOnTheTlsPortIsToldAndOthersAreStillServed) {
   RoundTrip(**good);
 }
 
+TEST_F(TlsTest, WritingToAVanishedPeerIsAnErrorNotSigpipe) {
+  StartServer(TlsOptions());
+  Result<std::unique_ptr<Client>> client = Connect(Trusting(pki_));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  server_->Shutdown();
+  // Megabytes into a socket the server has closed: the first write meets a reset, the later
+  // ones would raise SIGPIPE, which no one here ignores.
+  std::vector<std::byte> big(8u << 20, std::byte{1});
+  const std::vector<ClientBlock> blocks = {{.key = Key(5), .payload = big}};
+  EXPECT_EQ((*client)->Put(blocks).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ((*client)->Put(blocks).status().code(), StatusCode::kUnavailable);
+}
+
 TEST_F(TlsTest, TlsClientOnAPlainPortFailsCleanly) {
   ServerOptions options;
   options.tcp = true;
