@@ -27,7 +27,7 @@ Status RunPhase(Phase phase, const std::vector<RedisEndpoint>& nodes, const std:
     const std::vector<uint64_t>& keys = keys_by_node[node];
     if (keys.empty()) continue;
     KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<RedisConnection> connection,
-                            RedisConnection::Connect(nodes[node], std::chrono::milliseconds(10000), ""));
+                            RedisConnection::Connect(nodes[node], std::chrono::milliseconds(10000), {}));
     for (std::size_t begin = 0; begin < keys.size(); begin += kWindow) {
       const std::size_t end = std::min(keys.size(), begin + kWindow);
       for (std::size_t k = begin; k < end; ++k) {
@@ -91,7 +91,7 @@ Result<Measure> MeasureRedisBaseline(const std::vector<std::string>& endpoints_h
   std::vector<int> slot_owner;  // cluster: slot -> index into nodes
   if (cluster) {
     KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<RedisConnection> seed,
-                            RedisConnection::Connect(nodes[0], std::chrono::milliseconds(10000), ""));
+                            RedisConnection::Connect(nodes[0], std::chrono::milliseconds(10000), {}));
     RedisArgs slots_command;
     slots_command.Add("CLUSTER").Add("SLOTS");
     KVTIER_ASSIGN_OR_RETURN(RedisReply reply, seed->Command(slots_command));

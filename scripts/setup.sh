@@ -7,7 +7,8 @@ packages=(
   g++ cmake ninja-build pkg-config python3
   ccache                      # compiler cache, one folder outside the clone (cmake/Ccache.cmake)
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
-  libgtest-dev libgmock-dev libxxhash-dev libssl-dev libnuma-dev
+  libgtest-dev libgmock-dev libxxhash-dev libnuma-dev
+  libssl-dev openssl          # TLS of `kvtier serve`; the Python TLS test makes certificates with the CLI
   liburing-dev                # io_uring for the NVMe tier
   libhiredis-dev redis-server  # the remote-pool tier and the redis-server its tests start
   libbenchmark-dev fio        # Google Benchmark targets; fio, the NVMe tier's baseline

@@ -8,7 +8,8 @@
 // the frame (bounded by the frame limit).
 //
 // Errors: the server's refusals come back as its Status (code and message); a broken
-// connection is Unavailable, after which the client is unusable (connect a new one).
+// connection is Unavailable, after which the client is unusable (connect a new one). A server
+// certificate that does not verify is PermissionDenied at connect.
 //
 // Thread-safety: all methods may be called from many threads; requests are serialized on the
 // connection (use one client per thread for parallelism).
@@ -28,12 +29,25 @@
 
 namespace kvtier {
 
+// TLS to a server's TCP listener (TLS 1.2 at least). Ignored on the Unix socket, which is
+// always plain.
+struct ClientTlsOptions {
+  bool enabled = false;     // Default: plain TCP
+  std::string ca_file;      // PEM CAs that sign the server's certificate. Default: the system's
+  // The name the server's certificate must carry (also sent as SNI). Default: the host
+  // connected to
+  std::string server_name;
+  std::string cert_file;    // PEM client certificate, for a server that asks for one. Default: none
+  std::string key_file;     // its private key. Default: none
+};
+
 struct ClientOptions {
   std::string tenant;                  // Default: "" (the default tenant)
   std::string auth_token;              // Default: none
   uint64_t shared_memory_bytes = 64ull << 20;  // Default: 64 MiB (Unix socket only; 0: none)
   int io_timeout_ms = 30000;           // Default: 30 s for a frame to leave or a reply to arrive
   protocol::Limits limits;             // Default: protocol.h's
+  ClientTlsOptions tls;                // Default: plain TCP
 };
 
 // One block of a chain to put.

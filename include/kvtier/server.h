@@ -4,8 +4,9 @@
 // with payloads inline. The wire protocol is protocol.h (docs/protocol.md); the daemon
 // around this class is `kvtier serve` (docs/serve.md).
 //
-// Security: the Unix socket is created mode 0600 (the owner's engines only) and TCP listens
-// on loopback unless told otherwise; binding TCP anywhere else requires an auth token.
+// Security: the Unix socket is created mode 0600 (the owner's engines only) and stays plain;
+// TCP listens on loopback unless told otherwise and speaks TLS when given a certificate;
+// binding TCP anywhere else requires TLS and an auth token. Tokens may expire.
 // Tenants are namespaces: each connection names its tenant in Hello and its keys are mapped
 // into that tenant's namespace (tenant_namespace.h), so a tenant can neither read nor probe
 // another's blocks.
@@ -18,8 +19,10 @@
 // Thread-safety: Start and Shutdown from one thread; the accessors from any.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +40,22 @@ class ServiceMetrics;
 struct TenantOptions {
   std::string name;
   std::string auth_token;  // empty: the server's auth_token (if any) admits this tenant
+  // When auth_token stops admitting anyone (a Hello with it is refused as expired).
+  // Default: never
+  std::optional<std::chrono::sys_seconds> expires;
+};
+
+// TLS on the TCP listener (TLS 1.2 at least, 1.3 preferred). The Unix socket stays plain:
+// its file mode already admits only the owner, and shared memory never crosses TCP.
+struct ServerTlsOptions {
+  std::string cert_file;       // PEM certificate chain, the server's own first. Default: none, no TLS
+  std::string key_file;        // PEM private key of cert_file. Default: none
+  // PEM CAs whose client certificates are required. Default: none, no client certificates
+  std::string client_ca_file;
+  // A client must finish its handshake within this, or its connection closes. Default: 10 s
+  int handshake_timeout_ms = 10000;
+
+  bool enabled() const { return !cert_file.empty() || !key_file.empty(); }
 };
 
 struct ServerOptions {
@@ -44,8 +63,10 @@ struct ServerOptions {
   bool tcp = false;                     // Default: no TCP listener
   std::string tcp_host = "127.0.0.1";   // Default: loopback
   uint16_t tcp_port = 0;                // Default: 0, an ephemeral port (see Server::tcp_port)
+  ServerTlsOptions tls;                 // Default: plain TCP; required when TCP binds off loopback
   // Required of every client when set; required to be set when TCP binds off loopback.
   std::string auth_token;
+  std::optional<std::chrono::sys_seconds> auth_token_expires;  // Default: never
   // Known tenants. Default: none, every tenant name is accepted (still isolated from others).
   std::vector<TenantOptions> tenants;
   protocol::Limits limits;                // Default: protocol.h's
@@ -67,7 +88,8 @@ struct ServerOptions {
 class Server {
  public:
   // Binds the listeners and starts serving `store`, which must outlive the server.
-  // InvalidArgument for bad options; IoError / Unavailable when a listener cannot bind.
+  // InvalidArgument for bad options (a TLS certificate or key that does not load, or a key
+  // that is not the certificate's); IoError / Unavailable when a listener cannot bind.
   static Result<std::unique_ptr<Server>> Start(TieredStore& store, ServerOptions options);
   ~Server();  // Shutdown()
   Server(const Server&) = delete;

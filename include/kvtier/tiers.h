@@ -130,6 +130,8 @@ struct RemoteTierOptions {
   uint64_t capacity_bytes = 0;           // Default: 0, unbounded (the servers' maxmemory)
   std::string key_prefix = "kvtier:";    // Default: "kvtier:"; namespaces this pool's keys
   std::string password;                  // Default: none; sent with AUTH when set
+  // A Redis 6 ACL user to AUTH as, with `password`. Default: none, Redis's default user
+  std::string username;
   int connections_per_node = 4;          // Default: 4 (1 to 64)
   int timeout_ms = 1000;                 // Default: 1000, connect and per-command timeout
   int reconnect_interval_ms = 1000;      // Default: 1000, how often a down node is retried

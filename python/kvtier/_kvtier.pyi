@@ -276,7 +276,19 @@ class Client:
         io_timeout_ms: int = 30000,
     ) -> Client: ...
     @staticmethod
-    def connect_tcp(host: str, port: int, tenant: str = "", auth_token: str = "", io_timeout_ms: int = 30000) -> Client: ...
+    def connect_tcp(
+        host: str,
+        port: int,
+        tenant: str = "",
+        auth_token: str = "",
+        io_timeout_ms: int = 30000,
+        *,
+        tls: bool = False,
+        ca_file: str = "",
+        server_name: str = "",
+        cert_file: str = "",
+        key_file: str = "",
+    ) -> Client: ...
     @property
     def shared_memory(self) -> memoryview: ...
     @property

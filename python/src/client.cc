@@ -137,16 +137,26 @@ void BindClient(py::module_& m) {
           "Connects over the Unix socket, sharing a memory segment of shared_memory_bytes (0: none).")
       .def_static(
           "connect_tcp",
-          [](const std::string& host, uint16_t port, std::string tenant, std::string auth_token, int io_timeout_ms) {
+          [](const std::string& host, uint16_t port, std::string tenant, std::string auth_token, int io_timeout_ms,
+             bool tls, std::string ca_file, std::string server_name, std::string cert_file, std::string key_file) {
+            ClientOptions options = Options(std::move(tenant), std::move(auth_token), 0, io_timeout_ms);
+            options.tls = {.enabled = tls,
+                           .ca_file = std::move(ca_file),
+                           .server_name = std::move(server_name),
+                           .cert_file = std::move(cert_file),
+                           .key_file = std::move(key_file)};
             Result<std::unique_ptr<Client>> c = [&] {
               py::gil_scoped_release release;
-              return Client::ConnectTcp(host, port,
-                                        Options(std::move(tenant), std::move(auth_token), 0, io_timeout_ms));
+              return Client::ConnectTcp(host, port, std::move(options));
             }();
             return Wrap(std::move(c));
           },
           py::arg("host"), py::arg("port"), py::arg("tenant") = "", py::arg("auth_token") = "",
-          py::arg("io_timeout_ms") = 30000, "Connects over TCP; payloads travel inline.")
+          py::arg("io_timeout_ms") = 30000, py::kw_only(), py::arg("tls") = false, py::arg("ca_file") = "",
+          py::arg("server_name") = "", py::arg("cert_file") = "", py::arg("key_file") = "",
+          "Connects over TCP; payloads travel inline. tls=True verifies the server's certificate against ca_file "
+          "(default: the system's CAs) and server_name (default: host); cert_file and key_file present a client "
+          "certificate.")
       .def_property_readonly(
           "shared_memory",
           [](PyClient& self) {

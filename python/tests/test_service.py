@@ -1,9 +1,13 @@
 """kvtier.serve() and kvtier.Client: round trips through shared memory (Unix socket) and
-inline (TCP), tenants isolated, and the GIL released while a client waits on the server."""
+inline (TCP, plain and TLS), tenants isolated, and the GIL released while a client waits on
+the server."""
 
 import json
 import os
+import pathlib
+import shutil
 import socket
+import subprocess
 import threading
 import time
 
@@ -201,3 +205,38 @@ def test_gil_released_while_client_waits(tmp_path):
     listener.close()
     assert received and received[0][:4] == b"KVTP"
     assert elapsed < 10, f"the client waited {elapsed:.1f}s: the Python server thread could not run"
+
+
+def make_pki(directory, name):
+    """A throwaway CA and a server certificate for localhost and 127.0.0.1, by the openssl CLI."""
+    d = pathlib.Path(directory)
+    ca_key, ca, key, csr, cert = (d / f"{name}-{s}" for s in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem"))
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    run = lambda *args: subprocess.run(["openssl", *args], check=True, capture_output=True)  # noqa: E731
+    run("req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-days", "1", "-subj", f"/CN=kvtier test CA {name}")
+    run("req", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=localhost")
+    ext = d / f"{name}-ext.cnf"
+    ext.write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    run("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert, "-days", "1",
+        "-extfile", ext)
+    return str(ca), str(cert), str(key)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_tls_round_trip_and_refusals(tmp_path):
+    ca, cert, key = make_pki(tmp_path, "ours")
+    other_ca, _, _ = make_pki(tmp_path, "theirs")
+    yaml = serve_yaml(tmp_path / "srv").replace("  tcp_port: 0\n", f"  tcp_port: 0\n  tls: {{cert: {cert}, key: {key}}}\n")
+    with kvtier.serve(config_text=yaml) as d:
+        with kvtier.Client.connect_tcp("127.0.0.1", d.tcp_port, tls=True, ca_file=ca) as client:
+            keys = keys_for(2, "tls")
+            client.put(keys, [pattern(1), pattern(2)])
+            outs = [bytearray(BLOCK), bytearray(BLOCK)]
+            assert client.get(keys, outs) == [BLOCK, BLOCK]
+            assert [bytes(o) for o in outs] == [pattern(1), pattern(2)]
+        with pytest.raises(kvtier.PermissionDeniedError, match="does not verify"):
+            kvtier.Client.connect_tcp("127.0.0.1", d.tcp_port, tls=True, ca_file=other_ca)
+        with pytest.raises(kvtier.KvtierError, match="speaks TLS"):
+            kvtier.Client.connect_tcp("127.0.0.1", d.tcp_port)
+        with kvtier.Client.connect_tcp("localhost", d.tcp_port, tls=True, ca_file=ca, server_name="localhost") as c:
+            assert c.tier_count == 2

@@ -45,7 +45,9 @@ int RunServe(const ServeCommandOptions& o) {
   const ServeConfig& c = d.config();
   std::cout << "kvtier serve: " << d.recovered_blocks() << " blocks recovered; listening on";
   if (!c.server.unix_socket_path.empty()) std::cout << " unix:" << c.server.unix_socket_path;
-  if (c.server.tcp) std::cout << " tcp:" << c.server.tcp_host << ":" << d.server().tcp_port();
+  if (c.server.tcp) {
+    std::cout << (c.server.tls.enabled() ? " tls:" : " tcp:") << c.server.tcp_host << ":" << d.server().tcp_port();
+  }
   if (d.metrics_port() != 0) std::cout << "; metrics http://" << c.metrics_host << ":" << d.metrics_port() << "/metrics";
   std::cout << std::endl;
 

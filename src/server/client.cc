@@ -12,6 +12,7 @@
 
 #include "server/frame_io.h"
 #include "server/shared_segment.h"
+#include "server/tls.h"
 
 namespace kvtier {
 
@@ -161,10 +162,20 @@ Result<std::unique_ptr<Client>> Client::ConnectUnix(const std::string& socket_pa
 
 Result<std::unique_ptr<Client>> Client::ConnectTcp(const std::string& host, uint16_t port, ClientOptions options) {
   KVTIER_RETURN_IF_ERROR(options.limits.Validate());
+  std::unique_ptr<server::TlsContext> tls;
+  if (options.tls.enabled) {
+    KVTIER_ASSIGN_OR_RETURN(tls, server::TlsContext::ForClient(options.tls));
+  }
   KVTIER_ASSIGN_OR_RETURN(ScopedFd fd, DialTcp(host, port));
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
   impl->socket = std::make_unique<server::FrameSocket>(std::move(fd), impl->options.io_timeout_ms);
+  if (tls != nullptr) {
+    const std::string& name = impl->options.tls.server_name.empty() ? host : impl->options.tls.server_name;
+    Result<std::unique_ptr<server::ByteStream>> stream = tls->Connect(impl->socket->fd(), name, impl->options.io_timeout_ms);
+    if (!stream.ok()) return stream.status().WithContext(host + ":" + std::to_string(port));
+    impl->socket->UseStream(std::move(*stream));
+  }
   KVTIER_RETURN_IF_ERROR(impl->Hello());
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }

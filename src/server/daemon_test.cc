@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -158,6 +159,27 @@ TEST(ServeConfig, TheShippedExampleParses) {
   EXPECT_EQ(c->metrics_port, 9477);
   EXPECT_TRUE(c->store.cost_model.has_value());
   EXPECT_EQ(c->server.tenants.size(), 2u);
+  EXPECT_EQ(c->server.tenants[0].expires, std::chrono::sys_days(std::chrono::year(2030) / 1 / 1));
+}
+
+TEST(ServeConfig, TlsAndExpiringTokens) {
+  const std::string yaml =
+      "data_dir: /tmp/x\ntiers:\n  - kind: cpu_dram\n    capacity: 1GiB\nstore:\n  persistence: none\n"
+      "listen:\n  tcp: true\n  tcp_host: 0.0.0.0\n  tls:\n    cert: tls/server.pem\n    key: /etc/k.key\n"
+      "    client_ca: ca.pem\n    handshake_timeout_ms: 500\n"
+      "auth_token: t\nauth_token_expires: 1800000000\n"
+      "tenants:\n  - name: a\n    auth_token: s\n    expires: 2027-03-04T05:06:07Z\n"
+      "  - name: b\n    auth_token: u\n    expires: 2027-03-04\n";
+  Result<ServeConfig> c = ParseServeConfig(yaml, "tls.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->server.tls.cert_file, "/tmp/x/tls/server.pem");
+  EXPECT_EQ(c->server.tls.key_file, "/etc/k.key");
+  EXPECT_EQ(c->server.tls.client_ca_file, "/tmp/x/ca.pem");
+  EXPECT_EQ(c->server.tls.handshake_timeout_ms, 500);
+  EXPECT_EQ(c->server.auth_token_expires->time_since_epoch().count(), 1800000000);
+  using namespace std::chrono;
+  EXPECT_EQ(c->server.tenants[0].expires, sys_days(year(2027) / 3 / 4) + hours(5) + minutes(6) + seconds(7));
+  EXPECT_EQ(c->server.tenants[1].expires, sys_days(year(2027) / 3 / 4));
 }
 
 TEST(ServeConfig, MistakesAreNamed) {
@@ -171,6 +193,15 @@ TEST(ServeConfig, MistakesAreNamed) {
       {tiers + "store:\n  policy: random\n", "store.policy"},
       {tiers + "store: fast\n", "store must be a map"},
       {tiers + "listen:\n  tcp: true\n  tcp_host: 0.0.0.0\n", "auth_token"},
+      {tiers + "listen:\n  tcp: true\n  tcp_host: 0.0.0.0\nauth_token: x\n", "listen.tls.cert"},
+      {tiers + "listen:\n  tls:\n    cert: a.pem\n", "needs both cert and key"},
+      {tiers + "listen:\n  tls: yes\n", "listen.tls must be a map"},
+      {tiers + "listen:\n  tls:\n    cert: a\n    key: b\n    ca: c\n", "unknown key 'ca'"},
+      {tiers + "tenants:\n  - name: a\n    auth_token: s\n    expires: next week\n", "Unix seconds or a UTC time"},
+      {tiers + "tenants:\n  - name: a\n    auth_token: s\n    expires: 2027-02-30\n", "expires"},
+      {tiers + "tenants:\n  - name: a\n    auth_token: s\n    expires: 2027-01-01T00:00:00+02:00\n", "expires"},
+      {tiers + "tenants:\n  - name: a\n    expires: 2027-01-01\n", "needs the tenant's own auth_token"},
+      {tiers + "auth_token_expires: 2027-01-01\n", "auth_token_expires needs auth_token"},
       {tiers + "listen:\n  metrics_port: 70000\n", "metrics_port"},
       {tiers + "tenants:\n  - name: a\n  - name: a\n", "listed twice"},
       {tiers + "limits:\n  max_frame_bytes: 10\n", "max_frame_bytes"},

@@ -1,7 +1,8 @@
 // Frame I/O on a connected stream socket, shared by the server and the client: whole
 // frames out (with descriptors passed by SCM_RIGHTS when asked), whole frames in (with the
 // descriptors that came along), and deadlines so that a peer that stops halfway through a
-// frame cannot hold its reader forever.
+// frame cannot hold its reader forever. The bytes go through a ByteStream (byte_stream.h):
+// plain, or TLS once UseStream installs one.
 //
 // Thread-safety: one FrameSocket is used by one thread at a time; ShutdownRead may be called
 // from any thread (it is how the server wakes a reader blocked between frames).
@@ -13,16 +14,20 @@
 
 #include "kvtier/protocol.h"
 #include "kvtier/status.h"
+#include "server/byte_stream.h"
 #include "util/posix_file.h"
 
 namespace kvtier::server {
 
 class FrameSocket {
  public:
-  // Owns `fd`. `io_timeout_ms` bounds every wait once a frame has started (0: none).
+  // Owns `fd`, and speaks plainly on it until UseStream. `io_timeout_ms` bounds every wait
+  // once a frame has started (0: none).
   FrameSocket(ScopedFd fd, int io_timeout_ms);
 
   int fd() const { return fd_.get(); }
+  // Frames travel through `stream` from now on (a TLS session over fd(), after its handshake).
+  void UseStream(std::unique_ptr<ByteStream> stream) { stream_ = std::move(stream); }
 
   // Sends `frame` whole; `fds` travel with its first byte. Unavailable when the peer has gone.
   Status Send(std::span<const std::byte> frame, std::span<const int> fds = {});
@@ -48,6 +53,7 @@ class FrameSocket {
   Status ReadFully(std::span<std::byte> into, bool frame_started, std::vector<ScopedFd>& fds);
 
   ScopedFd fd_;
+  std::unique_ptr<ByteStream> stream_;  // borrows fd_, so it is destroyed first
   int io_timeout_ms_;
 };
 

@@ -16,7 +16,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::array<std::string_view, 6> kServeKeys = {"store", "model", "listen", "auth_token", "tenants", "limits"};
+constexpr std::array<std::string_view, 7> kServeKeys = {"store",   "model",   "listen", "auth_token",
+                                                        "auth_token_expires", "tenants", "limits"};
 
 std::string UnderDataDir(const std::string& data_dir, const std::string& path) {
   return path.empty() || fs::path(path).is_absolute() ? path : (fs::path(data_dir) / path).string();
@@ -119,9 +120,30 @@ Status ParseModel(const YAML::Node& node, const std::string& where, ServeConfig&
   return Status::Ok();
 }
 
+// TLS on the TCP listener; the files are loaded (and a key that is not the certificate's
+// refused) when the server starts.
+Status ParseTls(const YAML::Node& node, const std::string& where, ServeConfig& c) {
+  if (!node.IsMap()) return Status::InvalidArgument(where + " must be a map with cert and key");
+  const YamlMap m(node, where);
+  KVTIER_RETURN_IF_ERROR(m.CheckKeys({"cert", "key", "client_ca", "handshake_timeout_ms"}));
+  ServerTlsOptions& tls = c.server.tls;
+  for (auto [key, field] : {std::pair{"cert", &tls.cert_file}, {"key", &tls.key_file}, {"client_ca", &tls.client_ca_file}}) {
+    if (!m.Has(key)) continue;
+    KVTIER_ASSIGN_OR_RETURN(std::string path, m.String(key));
+    *field = UnderDataDir(c.tiers.data_dir, path);
+  }
+  if (tls.cert_file.empty() || tls.key_file.empty()) return Status::InvalidArgument(where + ": needs both cert and key");
+  if (m.Has("handshake_timeout_ms")) {
+    KVTIER_ASSIGN_OR_RETURN(tls.handshake_timeout_ms, m.SmallInt("handshake_timeout_ms", 0, 3600 * 1000));
+  }
+  return Status::Ok();
+}
+
 Status ParseListen(const YAML::Node& node, const std::string& where, ServeConfig& c) {
   const YamlMap m(node, where);
-  KVTIER_RETURN_IF_ERROR(m.CheckKeys({"unix_socket", "tcp", "tcp_host", "tcp_port", "metrics_host", "metrics_port"}));
+  KVTIER_RETURN_IF_ERROR(
+      m.CheckKeys({"unix_socket", "tcp", "tcp_host", "tcp_port", "tls", "metrics_host", "metrics_port"}));
+  if (m.Has("tls")) KVTIER_RETURN_IF_ERROR(ParseTls(node["tls"], where + ".tls", c));
   if (m.Has("unix_socket")) {
     KVTIER_ASSIGN_OR_RETURN(std::string path, m.String("unix_socket"));
     c.server.unix_socket_path = UnderDataDir(c.tiers.data_dir, path);
@@ -185,17 +207,21 @@ Status ParseLimits(const YAML::Node& node, const std::string& where, ServerOptio
 }
 
 Status ParseTenants(const YAML::Node& node, const std::string& where, ServerOptions& s) {
-  if (!node.IsSequence()) return Status::InvalidArgument(where + " must be a list of {name, auth_token}");
+  if (!node.IsSequence()) return Status::InvalidArgument(where + " must be a list of {name, auth_token, expires}");
   std::size_t i = 0;
   for (const YAML::Node& item : node) {
     const std::string here = where + "[" + std::to_string(i++) + "]";
     if (!item.IsMap()) return Status::InvalidArgument(here + " must be a map with 'name'");
     const YamlMap m(item, here);
-    KVTIER_RETURN_IF_ERROR(m.CheckKeys({"name", "auth_token"}));
+    KVTIER_RETURN_IF_ERROR(m.CheckKeys({"name", "auth_token", "expires"}));
     TenantOptions t;
     KVTIER_ASSIGN_OR_RETURN(t.name, m.String("name"));
     if (m.Has("auth_token")) {
       KVTIER_ASSIGN_OR_RETURN(t.auth_token, m.String("auth_token"));
+    }
+    if (m.Has("expires")) {
+      if (t.auth_token.empty()) return Status::InvalidArgument(here + ": 'expires' needs the tenant's own auth_token");
+      KVTIER_ASSIGN_OR_RETURN(t.expires, m.UtcTime("expires"));
     }
     for (const TenantOptions& other : s.tenants) {
       if (other.name == t.name) return Status::InvalidArgument(here + ": tenant '" + t.name + "' is listed twice");
@@ -236,6 +262,10 @@ Result<ServeConfig> ParseServeConfig(const std::string& yaml_text, const std::st
     if (root["auth_token"]) {
       if (!root["auth_token"].IsScalar()) return Status::InvalidArgument(source + ": auth_token must be a string");
       c.server.auth_token = root["auth_token"].as<std::string>();
+    }
+    if (root["auth_token_expires"]) {
+      if (c.server.auth_token.empty()) return Status::InvalidArgument(source + ": auth_token_expires needs auth_token");
+      KVTIER_ASSIGN_OR_RETURN(c.server.auth_token_expires, YamlMap(root, source).UtcTime("auth_token_expires"));
     }
     if (root["tenants"]) KVTIER_RETURN_IF_ERROR(ParseTenants(root["tenants"], source + ": tenants", c.server));
     if (root["limits"]) KVTIER_RETURN_IF_ERROR(ParseLimits(root["limits"], source + ": limits", c.server));

@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -21,6 +22,7 @@
 #include "server/frame_io.h"
 #include "server/service_metrics.h"
 #include "server/session.h"
+#include "server/tls.h"
 
 namespace kvtier {
 namespace {
@@ -90,20 +92,35 @@ void SendError(FrameSocket& socket, const Status& status, uint64_t request_id, p
   }
 }
 
+// Reads and drops what a peer we are about to close on has sent already (up to 64 KiB):
+// closing a TCP socket with unread bytes resets the connection, and the reset can overtake
+// the error frame just sent.
+void DiscardWaiting(int fd) {
+  char sink[4096];
+  for (int i = 0; i < 16 && ::recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; ++i) {
+  }
+}
+
 }  // namespace
 
 Status ServerOptions::Validate() const {
   if (unix_socket_path.empty() && !tcp) return Status::InvalidArgument("the server needs a Unix socket path or TCP");
-  if (tcp && !IsLoopback(tcp_host) && auth_token.empty()) {
-    for (const TenantOptions& t : tenants) {
-      if (t.auth_token.empty()) {
-        return Status::InvalidArgument("TCP on '" + tcp_host + "' is reachable from other hosts: set auth_token (or a token for every tenant)");
-      }
+  if (tcp && !IsLoopback(tcp_host)) {
+    const std::string exposed = "TCP on '" + tcp_host + "' is reachable from other hosts: ";
+    if (!tls.enabled()) {
+      return Status::InvalidArgument(exposed + "give it TLS (listen.tls.cert and listen.tls.key) and auth_token, "
+                                               "or listen on 127.0.0.1");
     }
-    if (tenants.empty()) {
-      return Status::InvalidArgument("TCP on '" + tcp_host + "' is reachable from other hosts: set auth_token");
+    const bool every_tenant_has_a_token =
+        !tenants.empty() && std::ranges::all_of(tenants, [](const TenantOptions& t) { return !t.auth_token.empty(); });
+    if (auth_token.empty() && !every_tenant_has_a_token) {
+      return Status::InvalidArgument(exposed + "set auth_token (or an auth_token for every tenant)");
     }
   }
+  if (tls.enabled() && (tls.cert_file.empty() || tls.key_file.empty())) {
+    return Status::InvalidArgument("TLS needs both a certificate (listen.tls.cert) and its private key (listen.tls.key)");
+  }
+  if (tls.handshake_timeout_ms < 0) return Status::InvalidArgument("the TLS handshake timeout must be 0 (none) or positive");
   if (max_connections == 0) return Status::InvalidArgument("max_connections must be at least 1");
   if (io_timeout_ms < 0) return Status::InvalidArgument("io_timeout_ms must be 0 (none) or positive");
   return limits.Validate();
@@ -118,6 +135,7 @@ struct Server::Impl {
 
   TieredStore& store;
   ServerOptions options;
+  std::unique_ptr<server::TlsContext> tls;  // for TCP connections; none without options.tls
   ScopedFd unix_listener, tcp_listener;
   uint16_t bound_tcp_port = 0;
   int wake_pipe[2] = {-1, -1};  // the acceptor's poll wakes when Shutdown writes here
@@ -173,12 +191,34 @@ struct Server::Impl {
     ++live;
     if (options.metrics) options.metrics->ConnectionOpened();
     c.thread = std::thread([this, &c, tcp] {
-      Serve(*c.socket, tcp);
+      if (!tcp || tls == nullptr || Secure(*c.socket)) Serve(*c.socket, tcp);
       c.socket->Hangup();
       --live;
       if (options.metrics) options.metrics->ConnectionClosed();
       c.finished.store(true);
     });
+  }
+
+  // The server's side of the TLS handshake, on the connection's own thread (the acceptor
+  // never waits for a client). False when the connection must close: a plain kvtier client
+  // is told why in its own framing first; every failure is counted.
+  bool Secure(FrameSocket& socket) {
+    const int timeout_ms = options.tls.handshake_timeout_ms;
+    const Result<bool> plain = server::PlainKvtierWaiting(socket.fd(), timeout_ms);
+    Result<std::unique_ptr<server::ByteStream>> stream =
+        plain.ok() && !*plain ? tls->Accept(socket.fd(), timeout_ms) : Status::Unavailable("not a TLS client");
+    if (stream.ok()) {
+      socket.UseStream(std::move(*stream));
+      return true;
+    }
+    // Counted before the plain client is told, so that the count is there once it knows.
+    if (options.metrics) options.metrics->TlsHandshakeFailed();
+    if (plain.ok() && *plain) {
+      SendError(socket, Status::FailedPrecondition("this kvtier port speaks TLS: connect with TLS (ClientOptions::tls)"),
+                0, protocol::MessageType::kError, options.limits);
+      DiscardWaiting(socket.fd());
+    }
+    return false;
   }
 
   void ReapFinished() {
@@ -263,6 +303,9 @@ Result<std::unique_ptr<Server>> Server::Start(TieredStore& store, ServerOptions 
   KVTIER_RETURN_IF_ERROR(options.Validate());
   auto impl = std::make_unique<Impl>(store, std::move(options));
   if (::pipe2(impl->wake_pipe, O_CLOEXEC) != 0) return ErrnoStatus("server", "pipe", errno);
+  if (impl->options.tcp && impl->options.tls.enabled()) {
+    KVTIER_ASSIGN_OR_RETURN(impl->tls, server::TlsContext::ForServer(impl->options.tls));
+  }
   if (!impl->options.unix_socket_path.empty()) {
     KVTIER_ASSIGN_OR_RETURN(impl->unix_listener, ListenUnix(impl->options.unix_socket_path));
   }

@@ -245,6 +245,9 @@ void RenderService(const ServiceMetrics::Snapshot& s, Exposition& e) {
            "Client connections refused: over the connection limit or failed authentication.", s.connections_rejected);
   e.Single("kvtier_frames_rejected_total", "counter", "Malformed frames (each closed its connection).",
            s.frames_rejected);
+  e.Single("kvtier_tls_handshakes_failed_total", "counter",
+           "TCP connections closed before their TLS handshake finished (plain-text clients, untrusted or silent peers).",
+           s.tls_handshakes_failed);
   e.Single("kvtier_requests_in_flight", "gauge", "Requests being served now.", s.in_flight);
 }
 
@@ -302,6 +305,7 @@ void ServiceMetrics::ConnectionOpened() {
 void ServiceMetrics::ConnectionClosed() { connections_open_.fetch_sub(1, std::memory_order_relaxed); }
 void ServiceMetrics::ConnectionRejected() { connections_rejected_.fetch_add(1, std::memory_order_relaxed); }
 void ServiceMetrics::FrameRejected() { frames_rejected_.fetch_add(1, std::memory_order_relaxed); }
+void ServiceMetrics::TlsHandshakeFailed() { tls_handshakes_failed_.fetch_add(1, std::memory_order_relaxed); }
 void ServiceMetrics::InFlightAdd(int64_t delta) { in_flight_.fetch_add(delta, std::memory_order_relaxed); }
 
 ServiceMetrics::Snapshot ServiceMetrics::Read() const {
@@ -320,6 +324,7 @@ ServiceMetrics::Snapshot ServiceMetrics::Read() const {
   s.connections_total = connections_total_.load(std::memory_order_relaxed);
   s.connections_rejected = connections_rejected_.load(std::memory_order_relaxed);
   s.frames_rejected = frames_rejected_.load(std::memory_order_relaxed);
+  s.tls_handshakes_failed = tls_handshakes_failed_.load(std::memory_order_relaxed);
   s.in_flight = in_flight_.load(std::memory_order_relaxed);
   return s;
 }

@@ -64,6 +64,7 @@ class ServiceMetrics {
   void ConnectionClosed();    // of an opened connection
   void ConnectionRejected();  // refused before it was opened: over the connection limit or failed auth
   void FrameRejected();       // a malformed frame that closed its connection
+  void TlsHandshakeFailed();  // a TCP connection closed before its TLS handshake finished
   void InFlightAdd(int64_t delta);  // requests being served now: +1 when one starts, -1 when it ends
 
   struct OpSnapshot {
@@ -75,7 +76,7 @@ class ServiceMetrics {
   struct Snapshot {
     std::array<OpSnapshot, kOps> ops;  // in RequestTypes() order
     int64_t connections_open = 0;
-    uint64_t connections_total = 0, connections_rejected = 0, frames_rejected = 0;
+    uint64_t connections_total = 0, connections_rejected = 0, frames_rejected = 0, tls_handshakes_failed = 0;
     int64_t in_flight = 0;
   };
   Snapshot Read() const;
@@ -88,7 +89,7 @@ class ServiceMetrics {
 
   std::array<Op, kOps> ops_;
   std::atomic<int64_t> connections_open_{0};
-  std::atomic<uint64_t> connections_total_{0}, connections_rejected_{0}, frames_rejected_{0};
+  std::atomic<uint64_t> connections_total_{0}, connections_rejected_{0}, frames_rejected_{0}, tls_handshakes_failed_{0};
   std::atomic<int64_t> in_flight_{0};
 };
 

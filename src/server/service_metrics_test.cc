@@ -307,10 +307,11 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
         "kvtier_predictor_reliability_mean_predicted", "kvtier_predictor_reliability_observed_frequency",
         "kvtier_request_duration_seconds", "kvtier_requests_total", "kvtier_request_blocks_total",
         "kvtier_request_payload_bytes_total", "kvtier_connections_open", "kvtier_connections_total",
-        "kvtier_connections_rejected_total", "kvtier_frames_rejected_total", "kvtier_requests_in_flight"}) {
+        "kvtier_connections_rejected_total", "kvtier_frames_rejected_total", "kvtier_tls_handshakes_failed_total",
+        "kvtier_requests_in_flight"}) {
     EXPECT_TRUE(e.types.contains(family)) << family;
   }
-  EXPECT_EQ(e.types.size(), 55u) << "a family was added: list it here and in docs/metrics.md";
+  EXPECT_EQ(e.types.size(), 56u) << "a family was added: list it here and in docs/metrics.md";
 
   EXPECT_EQ(e.Value("kvtier_tier_capacity_bytes", {{"tier", "hbm"}, {"kind", "gpu_hbm"}}), 1 << 30);
   EXPECT_EQ(e.Value("kvtier_tier_blocks", {{"tier", "nvme0"}, {"kind", "nvme"}}), 0);

@@ -4,6 +4,8 @@
 #include <openssl/crypto.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <type_traits>
 #include <variant>
@@ -18,6 +20,18 @@ Reply Error(const Status& status, bool close = false) {
 // Compares without leaking, through timing, how much of a token matched.
 bool SameToken(const std::string& given, const std::string& expected) {
   return given.size() == expected.size() && CRYPTO_memcmp(given.data(), expected.data(), given.size()) == 0;
+}
+
+// "2026-01-31T12:00:00Z"
+std::string FormatUtc(std::chrono::sys_seconds t) {
+  const std::chrono::sys_days day = std::chrono::floor<std::chrono::days>(t);
+  const std::chrono::year_month_day ymd(day);
+  const std::chrono::hh_mm_ss hms(t - day);
+  char text[32];
+  std::snprintf(text, sizeof(text), "%04d-%02u-%02uT%02d:%02d:%02dZ", static_cast<int>(ymd.year()),
+                static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()), static_cast<int>(hms.hours().count()),
+                static_cast<int>(hms.minutes().count()), static_cast<int>(hms.seconds().count()));
+  return text;
 }
 
 std::string StatsJson(const StoreStats& s, const std::string& predictor_json) {
@@ -80,9 +94,17 @@ Reply Session::Hello(const protocol::Hello& m, std::vector<ScopedFd>& fds) {
     if (it == options_.tenants.end()) return Error(Status::PermissionDenied("unknown tenant '" + m.tenant + "'"), true);
     known = &*it;
   }
-  const std::string& expected = known != nullptr && !known->auth_token.empty() ? known->auth_token : options_.auth_token;
+  const bool own_token = known != nullptr && !known->auth_token.empty();
+  const std::string& expected = own_token ? known->auth_token : options_.auth_token;
   if (!expected.empty() && !SameToken(m.auth_token, expected)) {
     return Error(Status::PermissionDenied("wrong auth token for tenant '" + m.tenant + "'"), true);
+  }
+  // Checked only once the token matched, so that only its holder learns that it expired.
+  const std::optional<std::chrono::sys_seconds>& expires = own_token ? known->expires : options_.auth_token_expires;
+  if (!expected.empty() && expires && std::chrono::system_clock::now() >= *expires) {
+    return Error(Status::PermissionDenied("the auth token for tenant '" + m.tenant + "' expired at " +
+                                          FormatUtc(*expires) + "; ask the server's operator for a new one"),
+                 true);
   }
   if (tcp_ && !m.segment_bytes.empty()) return Error(Status::InvalidArgument("shared segments need the Unix socket"), true);
   if (m.segment_bytes.size() != fds.size()) {

@@ -12,11 +12,16 @@ if(io_tests)
   target_link_libraries(kvtier_io_tests PRIVATE PkgConfig::HTTPLIB)
 endif()
 
-# The service (server.h) and its client (client.h): frames over sockets, shared memory,
-# tenants and the per-connection sessions.
-kvtier_add_sources(server/frame_io.cc server/shared_segment.cc server/tenant_namespace.cc server/session.cc
+# The service (server.h) and its client (client.h): frames over sockets (plain or TLS),
+# shared memory, tenants and the per-connection sessions.
+kvtier_add_sources(server/byte_stream.cc server/frame_io.cc server/tls.cc server/shared_segment.cc server/tenant_namespace.cc server/session.cc
                    server/server.cc server/client.cc)
-kvtier_add_tests(io server/server_test.cc)
+kvtier_add_tests(io server/server_test.cc server/tls_test.cc testing/test_certs.cc testing/test_certs_test.cc)
+kvtier_tests_enabled(io io_tests)
+if(io_tests)
+  # testing/test_certs.h makes the TLS tests' certificates with OpenSSL.
+  target_link_libraries(kvtier_io_tests PRIVATE OpenSSL::Crypto)
+endif()
 
 # The daemon of `kvtier serve` (daemon.h): configuration, store, listeners, metrics.
 kvtier_add_sources(server/serve_config.cc server/tier_health.cc server/daemon.cc)

@@ -192,7 +192,7 @@ Status RedisServers::Restart(int i) {
 Result<RedisReply> RedisServers::Command(int i, const std::vector<std::string>& args) const {
   KVTIER_ASSIGN_OR_RETURN(RedisEndpoint endpoint, ParseRedisEndpoint(this->endpoint(i), /*allow_unix=*/false));
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<RedisConnection> connection,
-                          RedisConnection::Connect(endpoint, std::chrono::milliseconds(2000), ""));
+                          RedisConnection::Connect(endpoint, std::chrono::milliseconds(2000), {}));
   RedisArgs command;
   for (const std::string& arg : args) command.Add(arg);
   return connection->Command(command);

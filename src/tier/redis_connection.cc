@@ -87,7 +87,7 @@ std::size_t RedisArgs::bytes() const { return std::accumulate(sizes_.begin(), si
 
 Result<std::unique_ptr<RedisConnection>> RedisConnection::Connect(const RedisEndpoint& endpoint,
                                                                   std::chrono::milliseconds timeout,
-                                                                  const std::string& password) {
+                                                                  const RedisAuth& auth) {
   const timeval tv = ToTimeval(timeout);
   redisContext* context = endpoint.unix_path.empty() ? redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port, tv)
                                                      : redisConnectUnixWithTimeout(endpoint.unix_path.c_str(), tv);
@@ -102,11 +102,16 @@ Result<std::unique_ptr<RedisConnection>> RedisConnection::Connect(const RedisEnd
   if (redisSetTimeout(context, tv) != REDIS_OK) return connection->Fail();
   // Keepalive finds a peer that vanished without a FIN between batches; best effort.
   (void)redisEnableKeepAlive(context);
-  if (!password.empty()) {
-    RedisArgs auth;
-    auth.Add("AUTH").Add(password);
-    KVTIER_ASSIGN_OR_RETURN(RedisReply reply, connection->Command(auth));
-    if (IsErrorReply(*reply)) return Status::InvalidArgument(address + ": AUTH failed: " + std::string(ReplyText(*reply)));
+  if (!auth.password.empty()) {
+    RedisArgs command;
+    command.Add("AUTH");
+    if (!auth.username.empty()) command.Add(auth.username);
+    command.Add(auth.password);
+    KVTIER_ASSIGN_OR_RETURN(RedisReply reply, connection->Command(command));
+    if (IsErrorReply(*reply)) {
+      const std::string as = auth.username.empty() ? "the default user" : "user '" + auth.username + "'";
+      return Status::PermissionDenied(address + ": AUTH as " + as + " failed: " + std::string(ReplyText(*reply)));
+    }
   }
   return connection;
 }

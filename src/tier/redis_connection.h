@@ -71,13 +71,20 @@ class RedisArgs {
   std::vector<std::size_t> sizes_;
 };
 
+// Whom a connection authenticates as: nobody (no password), Redis's default user (a password
+// alone: requirepass) or a Redis 6 ACL user (a username and its password).
+struct RedisAuth {
+  std::string username;
+  std::string password;
+};
+
 class RedisConnection {
  public:
   // Connects within `timeout`, sets it as the timeout of every later send and receive, and
-  // sends AUTH when `password` is not empty. Unavailable when the endpoint does not answer.
+  // sends AUTH when `auth` has a password. Unavailable when the endpoint does not answer;
+  // PermissionDenied when it refuses the credentials.
   static Result<std::unique_ptr<RedisConnection>> Connect(const RedisEndpoint& endpoint,
-                                                          std::chrono::milliseconds timeout,
-                                                          const std::string& password);
+                                                          std::chrono::milliseconds timeout, const RedisAuth& auth);
   ~RedisConnection();
   RedisConnection(const RedisConnection&) = delete;
   RedisConnection& operator=(const RedisConnection&) = delete;

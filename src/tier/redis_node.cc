@@ -23,7 +23,7 @@ bool RedisNode::down() const {
 }
 
 Result<std::unique_ptr<RedisConnection>> RedisNode::Open() const {
-  return RedisConnection::Connect(options_.endpoint, options_.timeout, options_.password);
+  return RedisConnection::Connect(options_.endpoint, options_.timeout, options_.auth);
 }
 
 Status RedisNode::DownStatusLocked() const {

@@ -28,7 +28,7 @@ class RedisNode {
  public:
   struct Options {
     RedisEndpoint endpoint;
-    std::string password;
+    RedisAuth auth;
     int connections = 4;
     std::chrono::milliseconds timeout{1000};
     std::chrono::milliseconds reconnect_interval{1000};

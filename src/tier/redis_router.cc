@@ -41,7 +41,7 @@ std::shared_ptr<RedisNode> RedisRouter::NodeAtLocked(const RedisEndpoint& endpoi
   }
   nodes_.push_back(std::make_shared<RedisNode>(RedisNode::Options{
       .endpoint = endpoint,
-      .password = options_.password,
+      .auth = {.username = options_.username, .password = options_.password},
       .connections = options_.connections_per_node,
       .timeout = std::chrono::milliseconds(options_.timeout_ms),
       .reconnect_interval = std::chrono::milliseconds(options_.reconnect_interval_ms)}));

@@ -94,6 +94,9 @@ Status RemoteTierOptions::Validate() const {
     }
     seen.push_back(address);
   }
+  if (!username.empty() && password.empty()) {
+    return Status::InvalidArgument(who + ": username '" + username + "' needs its password (AUTH takes both)");
+  }
   if (!ring && key_prefix.find_first_of("{}") != std::string::npos) {
     return Status::InvalidArgument(who + ": key_prefix '" + key_prefix +
                                    "' contains '{' or '}': a hash tag would put every block in one cluster slot");

@@ -133,6 +133,9 @@ TEST(RemoteTierOptions, ValidateExplainsWhatIsWrong) {
   options.timeout_ms = -5;
   EXPECT_NE(error(options).find("timeout_ms"), std::string::npos);
   options = Options(RemoteTopology::kHashRing, {"a:1"});
+  options.username = "kvtier";
+  EXPECT_NE(error(options).find("needs its password"), std::string::npos);
+  options = Options(RemoteTopology::kHashRing, {"a:1"});
   options.virtual_nodes = 0;
   EXPECT_NE(error(options).find("virtual_nodes"), std::string::npos);
   EXPECT_EQ(NewRemoteTier(options).status().code(), StatusCode::kInvalidArgument);
@@ -422,6 +425,37 @@ TEST(RemoteTier, CapacityCountsWhatThisClientWrote) {
   std::vector<std::byte> out(block.size());
   EXPECT_EQ(tier->Read(Key(3), out).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(tier->GetStats().used_bytes, 2u * 65536);
+}
+
+TEST(RemoteTier, AuthenticatesAsTheDefaultUserOrAnAclUser) {
+  SKIP_WITHOUT_REDIS();
+  Result<std::unique_ptr<RedisServers>> servers = RedisServers::StartStandalone(1);
+  ASSERT_TRUE(servers.ok()) << servers.status().ToString();
+  // An ACL user allowed only the test's keys; then a password for the default user, after
+  // which the server answers only connections that AUTH.
+  ASSERT_TRUE((*servers)->Command(0, {"ACL", "SETUSER", "kvtier", "on", ">acl-secret", "~kvtier-test:*", "+@all"}).ok());
+  ASSERT_TRUE((*servers)->Command(0, {"CONFIG", "SET", "requirepass", "default-secret"}).ok());
+  auto write_status = [](const RemoteTierOptions& options) {
+    std::unique_ptr<RemoteTier> tier = OpenTier(options);
+    return tier == nullptr ? Status::Internal("no tier") : tier->Write(Key(1), Payload(100, 1));
+  };
+  RemoteTierOptions options = Options(RemoteTopology::kHashRing, (*servers)->endpoints());
+  EXPECT_NE(write_status(options).message().find("NOAUTH"), std::string::npos) << write_status(options).ToString();
+  options.password = "default-secret";
+  std::unique_ptr<RemoteTier> as_default = OpenTier(options);
+  ASSERT_NE(as_default, nullptr);
+  RoundTrip(*as_default, 4);
+  options.username = "kvtier";
+  options.password = "acl-secret";
+  std::unique_ptr<RemoteTier> as_user = OpenTier(options);
+  ASSERT_NE(as_user, nullptr);
+  RoundTrip(*as_user, 4);
+  options.password = "wrong";
+  const Status wrong = write_status(options);
+  EXPECT_NE(wrong.message().find("AUTH as user 'kvtier' failed: WRONGPASS"), std::string::npos) << wrong.ToString();
+  options.password = "acl-secret";
+  options.key_prefix = "elsewhere:";  // outside the user's key pattern
+  EXPECT_NE(write_status(options).message().find("NOPERM"), std::string::npos) << write_status(options).ToString();
 }
 
 TEST(RemoteTier, TtlExpiresBlocks) {

@@ -135,7 +135,7 @@ Result<TierOptions> ParseTier(const YamlMap& t, const std::string& kind, const s
     return TierOptions(o);
   }
   if (kind == "remote_pool") {
-    KVTIER_RETURN_IF_ERROR(t.CheckKeys({"kind", "name", "capacity", "topology", "endpoints", "key_prefix", "password",
+    KVTIER_RETURN_IF_ERROR(t.CheckKeys({"kind", "name", "capacity", "topology", "endpoints", "key_prefix", "username", "password",
                                         "connections_per_node", "timeout_ms", "reconnect_interval_ms", "virtual_nodes",
                                         "ttl_seconds"}));
     RemoteTierOptions o;
@@ -158,6 +158,9 @@ Result<TierOptions> ParseTier(const YamlMap& t, const std::string& kind, const s
     KVTIER_ASSIGN_OR_RETURN(o.endpoints, t.Strings("endpoints"));
     if (t.Has("key_prefix")) {
       KVTIER_ASSIGN_OR_RETURN(o.key_prefix, t.String("key_prefix"));
+    }
+    if (t.Has("username")) {
+      KVTIER_ASSIGN_OR_RETURN(o.username, t.String("username"));
     }
     if (t.Has("password")) {
       KVTIER_ASSIGN_OR_RETURN(o.password, t.String("password"));

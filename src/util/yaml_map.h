@@ -5,7 +5,9 @@
 // Thread-safety: a view of a node owned by the caller; one thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <exception>
 #include <set>
 #include <string>
@@ -88,6 +90,29 @@ class YamlMap {
     }
     return Status::InvalidArgument(where_ + ": '" + key + "' must be a number from " + std::to_string(min) + " to " +
                                    std::to_string(max) + ", got '" + text + "'");
+  }
+  // Unix seconds, or a UTC time as RFC 3339 ("2027-01-31T00:00:00Z") or a date ("2027-01-31",
+  // its midnight). Other offsets than Z are refused rather than guessed at.
+  Result<std::chrono::sys_seconds> UtcTime(const char* key) const {
+    KVTIER_ASSIGN_OR_RETURN(std::string text, String(key));
+    if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) {
+      KVTIER_ASSIGN_OR_RETURN(int64_t seconds, Int(key, 0, int64_t{1} << 40));
+      return std::chrono::sys_seconds(std::chrono::seconds(seconds));
+    }
+    int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0, used = 0;
+    bool ok = std::sscanf(text.c_str(), "%4d-%2d-%2d%n", &y, &mo, &d, &used) == 3 && used == 10;
+    if (ok && text.size() > 10) {
+      used = 0;
+      ok = std::sscanf(text.c_str() + 10, "T%2d:%2d:%2dZ%n", &h, &mi, &sec, &used) == 3 &&
+           static_cast<std::size_t>(used) == text.size() - 10 && h < 24 && mi < 60 && sec < 60;
+    }
+    const std::chrono::year_month_day day{std::chrono::year(y), std::chrono::month(static_cast<unsigned>(mo)),
+                                          std::chrono::day(static_cast<unsigned>(d))};
+    if (!ok || !day.ok() || h < 0 || mi < 0 || sec < 0) {
+      return Status::InvalidArgument(where_ + ": '" + key + "' must be Unix seconds or a UTC time like " +
+                                     "2027-01-31T00:00:00Z, got '" + text + "'");
+    }
+    return std::chrono::sys_days(day) + std::chrono::hours(h) + std::chrono::minutes(mi) + std::chrono::seconds(sec);
   }
   const std::string& where() const { return where_; }
 

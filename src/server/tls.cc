@@ -1,0 +1,278 @@
+#include "server/tls.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+
+namespace kvtier::server {
+namespace {
+
+using SslPtr = std::unique_ptr<SSL, decltype(&::SSL_free)>;
+using Clock = std::chrono::steady_clock;
+
+// OpenSSL's socket BIO writes without MSG_NOSIGNAL, so a write to a peer that has gone
+// raises SIGPIPE, which kills a process that does not ignore it (an engine embedding the
+// client, a test). SIGPIPE from a write goes to the writing thread: blocked there for the
+// duration of one OpenSSL call, and one that arrived meanwhile is taken off, the write fails
+// with EPIPE instead (libpq does the same).
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() {
+    ::sigemptyset(&pipe_);
+    ::sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    ::sigpending(&pending);
+    was_pending_ = ::sigismember(&pending, SIGPIPE) == 1;
+    ::pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeBlocked() {
+    sigset_t pending;
+    if (!was_pending_ && ::sigpending(&pending) == 0 && ::sigismember(&pending, SIGPIPE) == 1) {
+      const timespec now{};
+      ::sigtimedwait(&pipe_, nullptr, &now);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+};
+
+// OpenSSL's queued errors, oldest first, as "reason; reason"; the queue is left empty.
+std::string TakeErrors() {
+  std::string text;
+  while (const unsigned long e = ::ERR_get_error()) {
+    const char* reason = ::ERR_reason_error_string(e);
+    if (!text.empty()) text += "; ";
+    text += reason != nullptr ? reason : "error " + std::to_string(e);
+  }
+  return text.empty() ? "connection closed" : text;
+}
+
+// The file must exist and be readable: OpenSSL's own error for that ("system lib") does
+// not say which.
+Status CheckReadable(const std::string& path, const char* what) {
+  if (::access(path.c_str(), R_OK) == 0) return Status::Ok();
+  return Status::InvalidArgument(std::string("TLS ") + what + " '" + path + "' cannot be read: " + std::strerror(errno));
+}
+
+Status LoadCertificateAndKey(SSL_CTX* ctx, const std::string& cert, const std::string& key) {
+  KVTIER_RETURN_IF_ERROR(CheckReadable(cert, "certificate"));
+  KVTIER_RETURN_IF_ERROR(CheckReadable(key, "key"));
+  if (::SSL_CTX_use_certificate_chain_file(ctx, cert.c_str()) != 1) {
+    return Status::InvalidArgument("TLS certificate '" + cert + "' is not a PEM certificate: " + TakeErrors());
+  }
+  // Loading the key checks it against the certificate loaded before it.
+  if (::SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) == 1) return Status::Ok();
+  if (ERR_GET_REASON(::ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH) {
+    return Status::InvalidArgument("TLS key '" + key + "' is not the key of certificate '" + cert + "': " + TakeErrors());
+  }
+  return Status::InvalidArgument("TLS key '" + key + "' is not a PEM private key: " + TakeErrors());
+}
+
+Status LoadCas(SSL_CTX* ctx, const std::string& ca_file) {
+  KVTIER_RETURN_IF_ERROR(CheckReadable(ca_file, "CA file"));
+  if (::SSL_CTX_load_verify_locations(ctx, ca_file.c_str(), nullptr) != 1) {
+    return Status::InvalidArgument("TLS CA file '" + ca_file + "' holds no PEM certificate: " + TakeErrors());
+  }
+  return Status::Ok();
+}
+
+Result<SSL_CTX*> NewContext(const SSL_METHOD* method) {
+  ::ERR_clear_error();
+  SSL_CTX* ctx = ::SSL_CTX_new(method);
+  if (ctx == nullptr) return Status::Internal("SSL_CTX_new failed: " + TakeErrors());
+  ::SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  // A peer that vanishes without close_notify is an ordinary end of stream to the frame layer,
+  // which already tells a clean end between frames from a cut inside one.
+  ::SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF);
+  return ctx;
+}
+
+class TlsStream final : public ByteStream {
+ public:
+  TlsStream(SslPtr ssl, int fd) : ssl_(std::move(ssl)), fd_(fd) {}
+
+  Status Write(std::span<const std::byte> bytes, std::span<const int> fds, int timeout_ms) override {
+    if (!fds.empty()) return Status::InvalidArgument("descriptors cannot travel over TLS");
+    std::size_t sent = 0;
+    while (sent < bytes.size()) {
+      ::ERR_clear_error();
+      std::size_t n = 0;
+      const int rc = [&] {
+        const SigpipeBlocked blocked;
+        return ::SSL_write_ex(ssl_.get(), bytes.data() + sent, bytes.size() - sent, &n);
+      }();
+      if (rc == 1) {
+        sent += n;
+        continue;
+      }
+      KVTIER_RETURN_IF_ERROR(Await(rc, "send", timeout_ms));
+    }
+    return Status::Ok();
+  }
+
+  Result<std::size_t> ReadSome(std::span<std::byte> into, std::vector<ScopedFd>&, int timeout_ms) override {
+    for (;;) {
+      ::ERR_clear_error();
+      std::size_t n = 0;
+      const int rc = [&] {
+        const SigpipeBlocked blocked;  // a read may write (TLS 1.3 tickets, key updates, alerts)
+        return ::SSL_read_ex(ssl_.get(), into.data(), into.size(), &n);
+      }();
+      if (rc == 1) return n;
+      const int error = ::SSL_get_error(ssl_.get(), rc);
+      if (error == SSL_ERROR_ZERO_RETURN) return std::size_t{0};
+      // A socket shut down under us (the server stopping) reads as an end of stream too.
+      if (error == SSL_ERROR_SYSCALL && ::ERR_peek_error() == 0) return std::size_t{0};
+      KVTIER_RETURN_IF_ERROR(Await(rc, "receive", timeout_ms));
+    }
+  }
+
+  bool ReadableNow() const override {
+    if (::SSL_pending(ssl_.get()) > 0) return true;
+    pollfd p{.fd = fd_, .events = POLLIN, .revents = 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
+
+ private:
+  // After an operation returned `rc`: waits for what it wants, or says why it failed.
+  Status Await(int rc, const char* what, int timeout_ms) {
+    switch (::SSL_get_error(ssl_.get(), rc)) {
+      case SSL_ERROR_WANT_READ: return WaitForSocket(fd_, POLLIN, timeout_ms);
+      case SSL_ERROR_WANT_WRITE: return WaitForSocket(fd_, POLLOUT, timeout_ms);
+      case SSL_ERROR_SYSCALL:
+        if (::ERR_peek_error() == 0) return Status::Unavailable(std::string("TLS ") + what + " failed: " + std::strerror(errno));
+        [[fallthrough]];
+      default: return Status::Unavailable(std::string("TLS ") + what + " failed: " + TakeErrors());
+    }
+  }
+
+  SslPtr ssl_;
+  const int fd_;
+};
+
+// Runs SSL_accept or SSL_connect to completion on non-blocking `fd` within `timeout_ms`
+// (0: no limit).
+template <typename Step>
+Status Handshake(SSL* ssl, int fd, int timeout_ms, Step step) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    ::ERR_clear_error();
+    const int rc = [&] {
+      const SigpipeBlocked blocked;
+      return step(ssl);
+    }();
+    if (rc == 1) return Status::Ok();
+    const int error = ::SSL_get_error(ssl, rc);
+    if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) {
+      const bool quiet = error == SSL_ERROR_SYSCALL && ::ERR_peek_error() == 0;
+      return Status::Unavailable("TLS handshake failed: " + (quiet ? std::string("the peer closed the connection") : TakeErrors()));
+    }
+    int wait_ms = -1;
+    if (timeout_ms > 0) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return Status::Unavailable("TLS handshake did not finish within " + std::to_string(timeout_ms) + " ms");
+      wait_ms = static_cast<int>(left);
+    }
+    pollfd p{.fd = fd, .events = static_cast<short>(error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT), .revents = 0};
+    if (::poll(&p, 1, wait_ms) < 0 && errno != EINTR) return Status::Unavailable(std::string("poll failed: ") + std::strerror(errno));
+  }
+}
+
+Result<SslPtr> NewSsl(SSL_CTX* ctx, int fd) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) return ErrnoStatus("TLS socket", "fcntl", errno);
+  SslPtr ssl(::SSL_new(ctx), &::SSL_free);
+  if (ssl == nullptr || ::SSL_set_fd(ssl.get(), fd) != 1) return Status::Internal("SSL_new failed: " + TakeErrors());
+  return ssl;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<TlsContext>> TlsContext::ForServer(const ServerTlsOptions& options) {
+  if (options.cert_file.empty() || options.key_file.empty()) {
+    return Status::InvalidArgument("TLS needs both a certificate (cert) and its private key (key)");
+  }
+  KVTIER_ASSIGN_OR_RETURN(SSL_CTX * ctx, NewContext(::TLS_server_method()));
+  std::unique_ptr<TlsContext> context(new TlsContext(ctx));
+  KVTIER_RETURN_IF_ERROR(LoadCertificateAndKey(ctx, options.cert_file, options.key_file));
+  if (!options.client_ca_file.empty()) {
+    KVTIER_RETURN_IF_ERROR(LoadCas(ctx, options.client_ca_file));
+    ::SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  return context;
+}
+
+Result<std::unique_ptr<TlsContext>> TlsContext::ForClient(const ClientTlsOptions& options) {
+  KVTIER_ASSIGN_OR_RETURN(SSL_CTX * ctx, NewContext(::TLS_client_method()));
+  std::unique_ptr<TlsContext> context(new TlsContext(ctx));
+  if (!options.ca_file.empty()) {
+    KVTIER_RETURN_IF_ERROR(LoadCas(ctx, options.ca_file));
+  } else if (::SSL_CTX_set_default_verify_paths(ctx) != 1) {
+    return Status::Unavailable("the system's TLS trust store does not load: " + TakeErrors() + "; set ca_file");
+  }
+  if (!options.cert_file.empty() || !options.key_file.empty()) {
+    KVTIER_RETURN_IF_ERROR(LoadCertificateAndKey(ctx, options.cert_file, options.key_file));
+  }
+  ::SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  return context;
+}
+
+TlsContext::~TlsContext() { ::SSL_CTX_free(ctx_); }
+
+Result<std::unique_ptr<ByteStream>> TlsContext::Accept(int fd, int timeout_ms) const {
+  KVTIER_ASSIGN_OR_RETURN(SslPtr ssl, NewSsl(ctx_, fd));
+  KVTIER_RETURN_IF_ERROR(Handshake(ssl.get(), fd, timeout_ms, ::SSL_accept));
+  return std::unique_ptr<ByteStream>(new TlsStream(std::move(ssl), fd));
+}
+
+Result<std::unique_ptr<ByteStream>> TlsContext::Connect(int fd, const std::string& server_name, int timeout_ms) const {
+  KVTIER_ASSIGN_OR_RETURN(SslPtr ssl, NewSsl(ctx_, fd));
+  in6_addr ip{};
+  const bool is_ip = ::inet_pton(AF_INET, server_name.c_str(), &ip) == 1 || ::inet_pton(AF_INET6, server_name.c_str(), &ip) == 1;
+  X509_VERIFY_PARAM* param = ::SSL_get0_param(ssl.get());
+  // SNI carries host names only (RFC 6066); an address is checked against the certificate's
+  // IP entries. SSL_ctrl is what the SSL_set_tlsext_host_name macro expands to, without its C cast.
+  const bool named =
+      is_ip ? ::X509_VERIFY_PARAM_set1_ip_asc(param, server_name.c_str()) == 1
+            : ::SSL_ctrl(ssl.get(), SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name,
+                         const_cast<char*>(server_name.c_str())) == 1 &&
+                  ::SSL_set1_host(ssl.get(), server_name.c_str()) == 1;
+  if (!named) return Status::InvalidArgument("'" + server_name + "' is not a usable TLS server name: " + TakeErrors());
+  const Status shaken = Handshake(ssl.get(), fd, timeout_ms, ::SSL_connect);
+  if (shaken.ok()) return std::unique_ptr<ByteStream>(new TlsStream(std::move(ssl), fd));
+  if (const long verify = ::SSL_get_verify_result(ssl.get()); verify != X509_V_OK) {
+    return Status::PermissionDenied("the server's TLS certificate does not verify for '" + server_name +
+                                    "': " + ::X509_verify_cert_error_string(verify) +
+                                    " (is ca_file the CA that signed it, and server_name a name it carries?)");
+  }
+  return shaken;
+}
+
+Result<bool> PlainKvtierWaiting(int fd, int timeout_ms) {
+  pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
+  if (::poll(&p, 1, timeout_ms > 0 ? timeout_ms : -1) <= 0) {
+    return Status::Unavailable("the client sent nothing within " + std::to_string(timeout_ms) + " ms");
+  }
+  char first[4] = {};
+  const ssize_t n = ::recv(fd, first, sizeof(first), MSG_PEEK | MSG_DONTWAIT);
+  // protocol::kMagic as it appears on the wire; a TLS ClientHello starts with 0x16.
+  return n == static_cast<ssize_t>(sizeof(first)) && std::memcmp(first, "KVTP", sizeof(first)) == 0;
+}
+
+}  // namespace kvtier::server

@@ -1,0 +1,311 @@
+// TLS on the TCP listener (server.h ServerTlsOptions, client.h ClientTlsOptions), expiring
+// tokens, and the options that keep an exposed listener safe. Certificates are made here,
+// per test, by testing/test_certs.h.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "kvtier/client.h"
+#include "kvtier/server.h"
+#include "kvtier/tiers.h"
+#include "server/service_metrics.h"
+#include "testing/test_certs.h"
+#include "util/posix_file.h"
+
+namespace kvtier {
+namespace {
+
+using std::chrono::system_clock;
+
+constexpr uint32_t kBlockBytes = 16 << 10;
+
+BlockKey Key(uint64_t i) { return {0xC0FFEEull, i + 1}; }
+
+std::vector<std::byte> Payload(uint64_t i) {
+  std::vector<std::byte> bytes(kBlockBytes);
+  for (std::size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<std::byte>((k * 7 + i * 31) & 0xff);
+  return bytes;
+}
+
+std::chrono::sys_seconds InSeconds(int64_t seconds) {
+  return std::chrono::floor<std::chrono::seconds>(system_clock::now()) + std::chrono::seconds(seconds);
+}
+
+class TlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/kvtier-tls-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    Result<testing::TestPki> pki = testing::MakeTestPki(dir_, "ours");
+    ASSERT_TRUE(pki.ok()) << pki.status().ToString();
+    pki_ = *pki;
+    Result<testing::TestPki> other = testing::MakeTestPki(dir_, "theirs");
+    ASSERT_TRUE(other.ok()) << other.status().ToString();
+    other_ = *other;
+    std::vector<std::unique_ptr<Tier>> tiers;
+    Result<std::unique_ptr<Tier>> dram = NewDramTier(
+        {.name = "dram", .capacity_bytes = 16u << 20, .lock_memory = false, .huge_pages = false, .pin_for_gpu = false});
+    ASSERT_TRUE(dram.ok()) << dram.status().ToString();
+    tiers.push_back(std::move(*dram));
+    Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(std::move(tiers), {});
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    store_ = std::move(*store);
+  }
+  void TearDown() override {
+    server_.reset();
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  ServerOptions TlsOptions() {
+    ServerOptions options;
+    options.tcp = true;
+    options.tls = {.cert_file = pki_.server_cert, .key_file = pki_.server_key};
+    options.metrics = &metrics_;
+    return options;
+  }
+
+  void StartServer(ServerOptions options) {
+    Result<std::unique_ptr<Server>> server = Server::Start(*store_, std::move(options));
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+  }
+
+  ClientOptions Trusting(const testing::TestPki& pki) const {
+    return {.tls = {.enabled = true, .ca_file = pki.ca_cert}};
+  }
+
+  Result<std::unique_ptr<Client>> Connect(ClientOptions options, const std::string& host = "127.0.0.1") {
+    return Client::ConnectTcp(host, server_->tcp_port(), std::move(options));
+  }
+
+  // Puts two blocks inline and reads them back, byte for byte.
+  static void RoundTrip(Client& client) {
+    const std::vector<std::vector<std::byte>> payloads = {Payload(0), Payload(1)};
+    const std::vector<ClientBlock> blocks = {{.key = Key(0), .payload = payloads[0]}, {.key = Key(1), .payload = payloads[1]}};
+    ASSERT_TRUE(client.Put(blocks).ok());
+    std::vector<std::vector<std::byte>> buffers(2, std::vector<std::byte>(kBlockBytes));
+    const std::vector<std::span<std::byte>> outs = {buffers[0], buffers[1]};
+    const std::vector<BlockKey> keys = {Key(0), Key(1)};
+    Result<std::vector<uint32_t>> sizes = client.Get(keys, outs);
+    ASSERT_TRUE(sizes.ok()) << sizes.status().ToString();
+    EXPECT_EQ(*sizes, (std::vector<uint32_t>{kBlockBytes, kBlockBytes}));
+    EXPECT_EQ(buffers, payloads);
+  }
+
+  // The server counts a failed handshake on its connection's thread, which may finish after
+  // the client has seen the failure.
+  uint64_t HandshakeFailures(uint64_t expected) const {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (metrics_.Read().tls_handshakes_failed < expected && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return metrics_.Read().tls_handshakes_failed;
+  }
+
+  std::string dir_;
+  testing::TestPki pki_, other_;
+  server::ServiceMetrics metrics_;
+  std::unique_ptr<TieredStore> store_;
+  std::unique_ptr<Server> server_;
+};
+
+TEST_F(TlsTest, PutAndGetOverTls) {
+  StartServer(TlsOptions());
+  Result<std::unique_ptr<Client>> client = Connect(Trusting(pki_));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  RoundTrip(**client);
+  // By host name too (SNI and the certificate's DNS name), and with a frame far over one TLS record.
+  ClientOptions by_name = Trusting(pki_);
+  Result<std::unique_ptr<Client>> named = Connect(by_name, "localhost");
+  ASSERT_TRUE(named.ok()) << named.status().ToString();
+  std::vector<std::byte> big(4u << 20, std::byte{0x5a});
+  const std::vector<ClientBlock> blocks = {{.key = Key(9), .payload = big}};
+  ASSERT_TRUE((*named)->Put(blocks).ok());
+  std::vector<std::byte> back(big.size());
+  const std::vector<std::span<std::byte>> outs = {back};
+  ASSERT_TRUE((*named)->Get(std::vector<BlockKey>{Key(9)}, outs).ok());
+  EXPECT_EQ(back, big);
+  EXPECT_EQ(metrics_.Read().tls_handshakes_failed, 0u);
+}
+
+TEST_F(TlsTest, ClientThatTrustsAnotherCaIsRefusedWithAReason) {
+  StartServer(TlsOptions());
+  Result<std::unique_ptr<Client>> client = Connect(Trusting(other_));
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), StatusCode::kPermissionDenied) << client.status().ToString();
+  EXPECT_NE(client.status().message().find("does not verify"), std::string::npos) << client.status().ToString();
+  // A certificate of the right CA for another name is refused too.
+  ClientOptions wrong_name = Trusting(pki_);
+  wrong_name.tls.server_name = "kvtier.example.com";
+  client = Connect(wrong_name);
+  EXPECT_EQ(client.status().code(), StatusCode::kPermissionDenied) << client.status().ToString();
+  // The server saw both handshakes fail, and still serves.
+  Result<std::unique_ptr<Client>> good = Connect(Trusting(pki_));
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  RoundTrip(**good);
+  EXPECT_EQ(HandshakeFailures(2), 2u);
+}
+
+TEST_F(TlsTest, PlainClientOnTheTlsPortIsToldAndOthersAreStillServed) {
+  StartServer(TlsOptions());
+  Result<std::unique_ptr<Client>> plain = Connect({});
+  ASSERT_FALSE(plain.ok());
+  EXPECT_EQ(plain.status().code(), StatusCode::kFailedPrecondition) << plain.status().ToString();
+  EXPECT_NE(plain.status().message().find("speaks TLS"), std::string::npos) << plain.status().ToString();
+  EXPECT_EQ(HandshakeFailures(1), 1u);
+  Result<std::unique_ptr<Client>> good = Connect(Trusting(pki_));
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  RoundTrip(**good);
+}
+
+TEST_F(TlsTest, WritingToAVanishedPeerIsAnErrorNotSigpipe) {
+  StartServer(TlsOptions());
+  Result<std::unique_ptr<Client>> client = Connect(Trusting(pki_));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  server_->Shutdown();
+  // Megabytes into a socket the server has closed: the first write meets a reset, the later
+  // ones would raise SIGPIPE, which no one here ignores.
+  std::vector<std::byte> big(8u << 20, std::byte{1});
+  const std::vector<ClientBlock> blocks = {{.key = Key(5), .payload = big}};
+  EXPECT_EQ((*client)->Put(blocks).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ((*client)->Put(blocks).status().code(), StatusCode::kUnavailable);
+}
+
+TEST_F(TlsTest, TlsClientOnAPlainPortFailsCleanly) {
+  ServerOptions options;
+  options.tcp = true;
+  StartServer(options);
+  Result<std::unique_ptr<Client>> client = Connect(Trusting(pki_));
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), StatusCode::kUnavailable) << client.status().ToString();
+  EXPECT_NE(client.status().message().find("TLS handshake failed"), std::string::npos) << client.status().ToString();
+}
+
+TEST_F(TlsTest, SilentClientIsCutOffAtTheHandshakeDeadline) {
+  ServerOptions options = TlsOptions();
+  options.tls.handshake_timeout_ms = 200;
+  StartServer(options);
+  ScopedFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(server_->tcp_port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  const timeval limit{.tv_sec = 5, .tv_usec = 0};
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  const auto start = std::chrono::steady_clock::now();
+  char byte = 0;
+  EXPECT_EQ(::recv(fd.get(), &byte, 1, 0), 0);  // closed by the server, not by our 5 s limit
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  EXPECT_EQ(HandshakeFailures(1), 1u);
+}
+
+TEST_F(TlsTest, ClientCertificatesAreRequiredWhenAsked) {
+  ServerOptions options = TlsOptions();
+  options.tls.client_ca_file = pki_.ca_cert;
+  StartServer(options);
+  Result<std::unique_ptr<Client>> anonymous = Connect(Trusting(pki_));
+  EXPECT_FALSE(anonymous.ok());
+  ClientOptions foreign = Trusting(pki_);
+  foreign.tls.cert_file = other_.client_cert;
+  foreign.tls.key_file = other_.client_key;
+  EXPECT_FALSE(Connect(foreign).ok());
+  ClientOptions ours = Trusting(pki_);
+  ours.tls.cert_file = pki_.client_cert;
+  ours.tls.key_file = pki_.client_key;
+  Result<std::unique_ptr<Client>> client = Connect(ours);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  RoundTrip(**client);
+}
+
+TEST_F(TlsTest, CertificatesAndKeysThatDoNotLoadAreNamed) {
+  const std::string not_pem = dir_ + "/not-pem.key";
+  std::ofstream(not_pem) << "this is not a key\n";
+  struct Case {
+    ServerTlsOptions tls;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {{.cert_file = dir_ + "/missing.pem", .key_file = pki_.server_key}, "missing.pem' cannot be read"},
+      {{.cert_file = pki_.server_cert, .key_file = not_pem}, "not-pem.key' is not a PEM private key"},
+      {{.cert_file = not_pem, .key_file = pki_.server_key}, "is not a PEM certificate"},
+      {{.cert_file = pki_.server_cert, .key_file = other_.server_key}, "is not the key of certificate"},
+      {{.cert_file = pki_.server_cert, .key_file = pki_.server_key, .client_ca_file = dir_ + "/nope"}, "nope' cannot be read"},
+      {{.cert_file = pki_.server_cert}, "private key"},
+  };
+  for (const Case& c : cases) {
+    ServerOptions options;
+    options.tcp = true;
+    options.tls = c.tls;
+    Result<std::unique_ptr<Server>> server = Server::Start(*store_, options);
+    ASSERT_FALSE(server.ok()) << c.needle;
+    EXPECT_EQ(server.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(server.status().message().find(c.needle), std::string::npos) << server.status().ToString();
+  }
+  ClientOptions client = Trusting(pki_);
+  client.tls.ca_file = dir_ + "/missing-ca.pem";
+  EXPECT_EQ(Client::ConnectTcp("127.0.0.1", 1, client).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(TlsTest, AnExposedListenerNeedsTlsAndAToken) {
+  ServerOptions options;
+  options.tcp = true;
+  options.tcp_host = "0.0.0.0";
+  options.auth_token = "token";
+  Result<std::unique_ptr<Server>> refused = Server::Start(*store_, options);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("TLS"), std::string::npos) << refused.status().ToString();
+  options.tls = {.cert_file = pki_.server_cert, .key_file = pki_.server_key};
+  options.auth_token.clear();
+  refused = Server::Start(*store_, options);
+  EXPECT_NE(refused.status().message().find("auth_token"), std::string::npos) << refused.status().ToString();
+  options.tenants = {{.name = "a", .auth_token = "x"}, {.name = "b"}};
+  EXPECT_FALSE(Server::Start(*store_, options).ok());  // tenant b would be open
+  options.tenants[1].auth_token = "y";
+  EXPECT_TRUE(Server::Start(*store_, options).ok());
+  options.tenants.clear();
+  options.auth_token = "token";
+  StartServer(options);
+  ClientOptions client = Trusting(pki_);
+  client.auth_token = "token";
+  Result<std::unique_ptr<Client>> connected = Connect(client);
+  ASSERT_TRUE(connected.ok()) << connected.status().ToString();
+  RoundTrip(**connected);
+}
+
+TEST_F(TlsTest, ExpiredTokensAreRefusedAsExpired) {
+  ServerOptions options = TlsOptions();
+  options.auth_token = "global";
+  options.auth_token_expires = InSeconds(-60);
+  options.tenants = {{.name = "old", .auth_token = "old-secret", .expires = InSeconds(-1)},
+                     {.name = "current", .auth_token = "new-secret", .expires = InSeconds(3600)},
+                     {.name = "shared", .auth_token = "", .expires = std::nullopt}};
+  StartServer(options);
+  auto connect = [&](std::string tenant, std::string token) {
+    ClientOptions c = Trusting(pki_);
+    c.tenant = std::move(tenant);
+    c.auth_token = std::move(token);
+    return Connect(c);
+  };
+  Result<std::unique_ptr<Client>> old = connect("old", "old-secret");
+  EXPECT_EQ(old.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(old.status().message().find("expired at"), std::string::npos) << old.status().ToString();
+  // A wrong token is wrong, whether or not the right one has expired.
+  old = connect("old", "guess");
+  EXPECT_NE(old.status().message().find("wrong auth token"), std::string::npos) << old.status().ToString();
+  Result<std::unique_ptr<Client>> shared = connect("shared", "global");
+  EXPECT_NE(shared.status().message().find("expired at"), std::string::npos) << shared.status().ToString();
+  Result<std::unique_ptr<Client>> current = connect("current", "new-secret");
+  ASSERT_TRUE(current.ok()) << current.status().ToString();
+  RoundTrip(**current);
+}
+
+}  // namespace
+}  // namespace kvtier
