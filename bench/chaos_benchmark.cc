@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -48,6 +49,7 @@ struct Pending {
 struct Incarnation {
   Clock::time_point started;
   std::vector<std::pair<double, ProcessSample>> samples;  // seconds since started
+  std::string early_fds, late_fds;  // ChaosDaemon::FdKinds at 3 s and at the end
 };
 
 struct Totals {
@@ -274,6 +276,7 @@ void ChaosRun::Restart(bool crashed) {
     // Reads it failed for a flipped byte lose blocks the flips explain (see Verify).
     Result<uint64_t> corrupt = DaemonCounter(daemon_->socket_path(), "corrupt_blocks");
     if (corrupt.ok()) corrupt_before = *corrupt;
+    incarnation_.late_fds = daemon_->FdKinds();
     daemon_->Kill();
   }
   EndIncarnation();
@@ -320,27 +323,35 @@ void ChaosRun::Sample() {
   const std::optional<ProcessSample> s = daemon_->Sample();
   if (!s) return;
   t_.max_rss_bytes = std::max(t_.max_rss_bytes, s->rss_bytes);
-  incarnation_.samples.push_back({std::chrono::duration<double>(Clock::now() - incarnation_.started).count(), *s});
+  const double at = std::chrono::duration<double>(Clock::now() - incarnation_.started).count();
+  if (at >= 3 && incarnation_.early_fds.empty()) incarnation_.early_fds = daemon_->FdKinds();
+  incarnation_.samples.push_back({at, *s});
 }
 
-// Growth over an incarnation of 10 s or more: the fewest descriptors (and least RSS) of its
-// last 2 s against the fewest of its seconds 3 to 6, once the clients have reconnected and
-// the DRAM tier has filled. Minima, so that a connection being opened at a sample does not
-// count.
+// Growth over an incarnation of 20 s or more, from its 3rd second on (once the clients have
+// reconnected and the DRAM tier has filled): the least-squares slope of the samples times
+// their span. A leak grows with time; connections opened and closed around a sample (raw
+// clients, Redis reconnections) only scatter the samples around the line.
 void ChaosRun::EndIncarnation() {
   const auto& s = incarnation_.samples;
-  if (s.empty() || s.back().first < 10) return;
-  ProcessSample first{UINT64_MAX, UINT64_MAX}, last{UINT64_MAX, UINT64_MAX};
+  if (s.empty() || s.back().first < 20) return;
+  double n = 0, st = 0, sf = 0, sr = 0, stt = 0, stf = 0, str = 0;
   for (const auto& [at, sample] : s) {
-    ProcessSample* into = at >= s.back().first - 2 ? &last : at >= 3 && at <= 6 ? &first : nullptr;
-    if (into == nullptr) continue;
-    into->fds = std::min(into->fds, sample.fds);
-    into->rss_bytes = std::min(into->rss_bytes, sample.rss_bytes);
+    if (at < 3) continue;
+    const auto fds = static_cast<double>(sample.fds), rss = static_cast<double>(sample.rss_bytes);
+    n += 1, st += at, sf += fds, sr += rss, stt += at * at, stf += at * fds, str += at * rss;
   }
-  if (first.fds == UINT64_MAX || last.fds == UINT64_MAX) return;
-  t_.fd_growth = std::max(t_.fd_growth, static_cast<int64_t>(last.fds) - static_cast<int64_t>(first.fds));
-  t_.rss_growth_bytes =
-      std::max(t_.rss_growth_bytes, static_cast<int64_t>(last.rss_bytes) - static_cast<int64_t>(first.rss_bytes));
+  const double denominator = n * stt - st * st;
+  if (n < 10 || denominator <= 0) return;
+  const double span = s.back().first - 3;
+  const double fd_growth = (n * stf - st * sf) / denominator * span;
+  const double rss_growth = (n * str - st * sr) / denominator * span;
+  if (fd_growth >= 1) {
+    Log("descriptors grew by " + std::to_string(fd_growth) + " over " + std::to_string(span) + " s: at 3 s " +
+        incarnation_.early_fds + "; at the end " + incarnation_.late_fds);
+  }
+  t_.fd_growth = std::max(t_.fd_growth, static_cast<int64_t>(std::lround(fd_growth)));
+  t_.rss_growth_bytes = std::max(t_.rss_growth_bytes, static_cast<int64_t>(std::lround(rss_growth)));
 }
 
 void ChaosRun::Run() {

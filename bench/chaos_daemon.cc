@@ -157,6 +157,21 @@ std::optional<ProcessSample> ChaosDaemon::Sample() const {
   return s;
 }
 
+std::string ChaosDaemon::FdKinds() const {
+  if (pid_ <= 0) return "";
+  std::map<std::string, int> kinds;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid_) + "/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string target = std::filesystem::read_symlink(it->path(), ec).string();
+    if (ec) continue;
+    ++kinds[target.starts_with("/") ? "file" : target.substr(0, target.find_first_of(":["))];
+  }
+  std::string out;
+  for (const auto& [kind, n] : kinds) out += (out.empty() ? "" : ", ") + kind + " " + std::to_string(n);
+  return out;
+}
+
 std::string ChaosDaemon::LogTail(std::size_t bytes) const {
   std::ifstream in(log_, std::ios::binary | std::ios::ate);
   if (!in) return "(no log)";

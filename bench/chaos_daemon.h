@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,6 +52,9 @@ class ChaosDaemon {
   std::optional<std::string> Exited();
   // Its RSS and open descriptors (/proc), nullopt when it is not running.
   std::optional<ProcessSample> Sample() const;
+  // Its open descriptors by kind ("socket", "anon_inode:[eventfd]", "file", ...), to say what
+  // grew when they did.
+  std::string FdKinds() const;
 
   const std::string& socket_path() const { return socket_; }
   uint16_t tcp_port() const { return tcp_port_; }
