@@ -429,6 +429,7 @@ nlohmann::json ChaosRun::Report() const {
       {"verify_failures", t_.verify_failures},
       {"wrong_sizes", tally_.wrong_sizes.load()},
       {"partial_gets", tally_.misses.load()},
+      {"short_puts", tally_.short_puts.load()},
       {"request_errors", tally_.errors()},
       {"request_error_last", tally_.last_errors()},
       {"wrong", tally_.wrong()},

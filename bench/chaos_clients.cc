@@ -106,8 +106,9 @@ void PutChain(const ClientEnv& env, int index, ClientModel& model, Conn& conn, u
   const uint64_t mark = env.tally->traffic.fetch_add(bytes);
   Result<protocol::PutReply> reply = conn.client().Put(blocks);
   if (!reply.ok()) return conn.Failed(reply.status(), *env.tally);
-  Acknowledge(model, id, std::min<uint64_t>(kChainBlocks, uint64_t{reply->new_blocks} + reply->present_blocks), mark,
-              *env.tally);
+  const uint64_t acked = std::min<uint64_t>(kChainBlocks, uint64_t{reply->new_blocks} + reply->present_blocks);
+  if (acked < kChainBlocks) env.tally->short_puts.fetch_add(1);
+  Acknowledge(model, id, acked, mark, *env.tally);
 }
 
 void GetChain(const ClientEnv& env, int index, Conn& conn, const Chain& chain) {

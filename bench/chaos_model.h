@@ -134,6 +134,7 @@ class Gate {
 // What the clients and the checks count, with the first few wrong blocks described.
 struct Tally {
   std::atomic<uint64_t> ops{0}, acked_blocks{0}, wrong_bytes{0}, wrong_sizes{0}, misses{0};
+  std::atomic<uint64_t> short_puts{0};  // puts answered, of which the store refused a tail
   std::atomic<uint64_t> traffic{0};  // bytes put or read, by every client (see above)
 
   // A failed request: counted by status code, the last message of each code kept.
