@@ -56,8 +56,11 @@ struct Totals {
   std::array<uint64_t, kFaultKinds> faults{};
   uint64_t restarts = 0, crashes = 0, checked = 0, missing = 0, explained = 0, lost = 0, verify_failures = 0;
   uint64_t max_rss_bytes = 0;
-  int64_t fd_growth = 0, rss_growth_bytes = 0;
+  int64_t fd_growth = 0, rss_growth_bytes = 0, journal_growth_bytes = 0;
+  uint64_t max_journal_bytes = 0;
   std::vector<std::string> crash_logs;
+  uint64_t failed_starts = 0;
+  std::vector<std::string> start_failures;
   std::string fatal;
 };
 
@@ -169,8 +172,9 @@ void ChaosRun::StopClients() {
   clients_.clear();
 }
 
-// Starts the daemon; an incarnation that exits while starting is a crash, and after three
-// in a row the run ends.
+// Starts the daemon, three times at most, half a second apart. One killed by a signal while
+// starting has crashed; one that exits with an error or never answers failed to start (the
+// reason is kept: refusing to start on the files a SIGKILL left is a bug of its own).
 Status ChaosRun::StartDaemon() {
   for (int attempt = 0;; ++attempt) {
     Status started = daemon_->Start();
@@ -178,10 +182,17 @@ Status ChaosRun::StartDaemon() {
       incarnation_ = {.started = Clock::now(), .samples = {}};
       return started;
     }
-    ++t_.crashes;
-    t_.crash_logs.push_back("while starting: " + started.message());
-    Log("CRASH while starting: " + started.message());
+    if (started.code() == StatusCode::kInternal) {
+      ++t_.crashes;
+      t_.crash_logs.push_back(started.message());
+      Log("CRASH while starting: " + started.message());
+    } else {
+      ++t_.failed_starts;
+      t_.start_failures.push_back(started.message());
+      Log("FAILED START: " + started.message());
+    }
     if (attempt == 2) return started;
+    std::this_thread::sleep_for(500ms);
   }
 }
 
@@ -323,35 +334,43 @@ void ChaosRun::Sample() {
   const std::optional<ProcessSample> s = daemon_->Sample();
   if (!s) return;
   t_.max_rss_bytes = std::max(t_.max_rss_bytes, s->rss_bytes);
+  t_.max_journal_bytes = std::max(t_.max_journal_bytes, s->journal_bytes);
   const double at = std::chrono::duration<double>(Clock::now() - incarnation_.started).count();
   if (at >= 3 && incarnation_.early_fds.empty()) incarnation_.early_fds = daemon_->FdKinds();
   incarnation_.samples.push_back({at, *s});
 }
 
-// Growth over an incarnation of 20 s or more, from its 3rd second on (once the clients have
-// reconnected and the DRAM tier has filled): the least-squares slope of the samples times
-// their span. A leak grows with time; connections opened and closed around a sample (raw
-// clients, Redis reconnections) only scatter the samples around the line.
-void ChaosRun::EndIncarnation() {
-  const auto& s = incarnation_.samples;
-  if (s.empty() || s.back().first < 20) return;
-  double n = 0, st = 0, sf = 0, sr = 0, stt = 0, stf = 0, str = 0;
-  for (const auto& [at, sample] : s) {
+// Growth of `field` over an incarnation of 20 s or more, from its 3rd second on (once the
+// clients have reconnected and the DRAM tier has filled): the least-squares slope of the
+// samples times their span. A leak grows with time; connections opened and closed around a
+// sample (raw clients, Redis reconnections) only scatter the samples around the line.
+std::optional<double> Growth(const std::vector<std::pair<double, ProcessSample>>& samples,
+                             uint64_t ProcessSample::*field) {
+  if (samples.empty() || samples.back().first < 20) return std::nullopt;
+  double n = 0, st = 0, sv = 0, stt = 0, stv = 0;
+  for (const auto& [at, sample] : samples) {
     if (at < 3) continue;
-    const auto fds = static_cast<double>(sample.fds), rss = static_cast<double>(sample.rss_bytes);
-    n += 1, st += at, sf += fds, sr += rss, stt += at * at, stf += at * fds, str += at * rss;
+    const auto v = static_cast<double>(sample.*field);
+    n += 1, st += at, sv += v, stt += at * at, stv += at * v;
   }
   const double denominator = n * stt - st * st;
-  if (n < 10 || denominator <= 0) return;
-  const double span = s.back().first - 3;
-  const double fd_growth = (n * stf - st * sf) / denominator * span;
-  const double rss_growth = (n * str - st * sr) / denominator * span;
-  if (fd_growth >= 1) {
-    Log("descriptors grew by " + std::to_string(fd_growth) + " over " + std::to_string(span) + " s: at 3 s " +
+  if (n < 10 || denominator <= 0) return std::nullopt;
+  return (n * stv - st * sv) / denominator * (samples.back().first - 3);
+}
+
+void ChaosRun::EndIncarnation() {
+  const auto& s = incarnation_.samples;
+  const std::optional<double> fds = Growth(s, &ProcessSample::fds);
+  if (!fds) return;
+  if (*fds >= 1) {
+    Log("descriptors grew by " + std::to_string(*fds) + " over " + std::to_string(s.back().first - 3) + " s: at 3 s " +
         incarnation_.early_fds + "; at the end " + incarnation_.late_fds);
   }
-  t_.fd_growth = std::max(t_.fd_growth, static_cast<int64_t>(std::lround(fd_growth)));
-  t_.rss_growth_bytes = std::max(t_.rss_growth_bytes, static_cast<int64_t>(std::lround(rss_growth)));
+  t_.fd_growth = std::max(t_.fd_growth, static_cast<int64_t>(std::lround(*fds)));
+  t_.rss_growth_bytes =
+      std::max(t_.rss_growth_bytes, static_cast<int64_t>(std::lround(*Growth(s, &ProcessSample::rss_bytes))));
+  t_.journal_growth_bytes =
+      std::max(t_.journal_growth_bytes, static_cast<int64_t>(std::lround(*Growth(s, &ProcessSample::journal_bytes))));
 }
 
 void ChaosRun::Run() {
@@ -422,6 +441,8 @@ nlohmann::json ChaosRun::Report() const {
       {"max_rss_mib", static_cast<double>(t_.max_rss_bytes) / (1 << 20)},
       {"fd_growth", t_.fd_growth},
       {"rss_growth_mib", static_cast<double>(t_.rss_growth_bytes) / (1 << 20)},
+      {"max_journal_mib", static_cast<double>(t_.max_journal_bytes) / (1 << 20)},
+      {"journal_growth_mib", static_cast<double>(t_.journal_growth_bytes) / (1 << 20)},
       {"restarts", t_.restarts},
       {"checked_after_restarts", t_.checked},
       {"missing_after_restarts", t_.missing},
@@ -434,6 +455,8 @@ nlohmann::json ChaosRun::Report() const {
       {"request_error_last", tally_.last_errors()},
       {"wrong", tally_.wrong()},
       {"crash_logs", t_.crash_logs},
+      {"failed_starts", t_.failed_starts},
+      {"start_failures", t_.start_failures},
       {"config",
        {{"clients", o_.clients}, {"fault_interval_s", o_.fault_interval_s}, {"disk_mib", o_.disk_mib},
         {"tmpfs", disk_fault_ok_}, {"work_dir", dir_}}}};

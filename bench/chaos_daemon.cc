@@ -68,6 +68,7 @@ Result<std::unique_ptr<ChaosDaemon>> ChaosDaemon::Create(DaemonSetup setup) {
   d->socket_ = setup.dir + "/kvtier.sock";
   d->log_ = setup.dir + "/serve.log";
   d->slot_file_ = setup.disk_dir + "/slab.0";
+  d->journal_ = setup.disk_dir + "/store.journal";
   std::ofstream out(d->config_);
   out << ConfigYaml(setup, d->tcp_port_);
   if (!out.flush()) return Status::IoError("cannot write " + d->config_);
@@ -96,7 +97,13 @@ Status ChaosDaemon::Start() {
   const auto deadline = std::chrono::steady_clock::now() + 120s;
   while (std::chrono::steady_clock::now() < deadline) {
     if (std::optional<std::string> ended = Exited()) {
-      return Status::Unavailable("kvtier serve exited while starting (" + *ended + "): " + LogTail(2000));
+      // An error exit is the daemon refusing to start, with its reason last in its log; a
+      // signal is a crash.
+      std::string tail = LogTail(2000);
+      while (!tail.empty() && tail.back() == '\n') tail.pop_back();
+      const std::string last = tail.substr(tail.rfind('\n') == std::string::npos ? 0 : tail.rfind('\n') + 1);
+      const std::string what = "kvtier serve exited while starting (" + *ended + "): " + last;
+      return ended->starts_with("signal") ? Status::Internal(what) : Status::FailedPrecondition(what);
     }
     if (Client::ConnectUnix(socket_, {.shared_memory_bytes = 0, .io_timeout_ms = 2000}).ok()) return Status::Ok();
     std::this_thread::sleep_for(20ms);
@@ -154,6 +161,8 @@ std::optional<ProcessSample> ChaosDaemon::Sample() const {
     ++s.fds;
   }
   if (!found || ec) return std::nullopt;
+  s.journal_bytes = std::filesystem::file_size(journal_, ec);
+  if (ec) s.journal_bytes = 0;
   return s;
 }
 

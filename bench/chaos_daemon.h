@@ -27,9 +27,11 @@ struct DaemonSetup {
   std::vector<std::string> redis_endpoints;
 };
 
+// What the daemon holds: memory, descriptors, and its block journal's size on disk.
 struct ProcessSample {
   uint64_t rss_bytes = 0;
   uint64_t fds = 0;
+  uint64_t journal_bytes = 0;
 };
 
 class ChaosDaemon {
@@ -40,7 +42,9 @@ class ChaosDaemon {
   ChaosDaemon& operator=(const ChaosDaemon&) = delete;
 
   // Spawns it and waits (up to 120 s: recovery reads every journaled block) until a client
-  // connects. Fails if it exits meanwhile.
+  // connects. Internal when it dies of a signal meanwhile (a crash), FailedPrecondition when
+  // it exits with an error (it refused to start: the reason is its log's last line),
+  // Unavailable when it does not answer in time.
   Status Start();
   // SIGKILLs it and reaps it; nothing when it is not running.
   void Kill();
@@ -50,7 +54,8 @@ class ChaosDaemon {
   // Reaps it if it has exited on its own: how it ended ("exit 1", "signal 11"), or nullopt
   // while it runs (or was never started).
   std::optional<std::string> Exited();
-  // Its RSS and open descriptors (/proc), nullopt when it is not running.
+  // Its RSS and open descriptors (/proc) and its journal's size, nullopt when it is not
+  // running.
   std::optional<ProcessSample> Sample() const;
   // Its open descriptors by kind ("socket", "anon_inode:[eventfd]", "file", ...), to say what
   // grew when they did.
@@ -66,7 +71,7 @@ class ChaosDaemon {
  private:
   ChaosDaemon() = default;
 
-  std::string config_, socket_, log_, slot_file_;
+  std::string config_, socket_, log_, slot_file_, journal_;
   uint16_t tcp_port_ = 0;
   pid_t pid_ = -1;
 };

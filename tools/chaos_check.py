@@ -3,9 +3,14 @@
 
 usage: chaos_check.py KVTIER_BINARY [bench chaos flags...]
 
-Prints the JSON, then exits 0 when no get returned wrong bytes, the daemon never crashed, no
-acknowledged block that had to survive a restart was lost and every check after a restart
-ran; 77 (ctest's skip code) when redis-server or redis-cli is missing; 1 otherwise.
+Prints the JSON, then exits 0 when no get returned wrong bytes, the daemon never crashed or
+refused to start, no acknowledged block that had to survive a restart was lost and every
+check after a restart ran; 77 (ctest's skip code) when redis-server or redis-cli is missing;
+1 otherwise.
+
+Known and tolerated (reported, with a warning; docs/chaos.md "Findings"): a start refused
+because the slot file's flock is still held by the killed incarnation's io_uring for more
+than the NVMe tier's 2 s wait.
 """
 import json
 import shutil
@@ -25,6 +30,12 @@ def main() -> int:
     print(json.dumps(r, indent=1))
     failed = [f"{key} = {r[key]}" for key in ("wrong_bytes", "wrong_sizes", "crashes", "lost_blocks", "verify_failures")
               if r[key] != 0]
+    known = "is in use by another NVMe tier"
+    for failure in r["start_failures"]:
+        if known in failure:
+            print("chaos_check: warning: a known failed start (docs/chaos.md, Findings): " + failure)
+        else:
+            failed.append("failed start: " + failure)
     if "fatal" in r:
         failed.append("fatal: " + r["fatal"])
     if r["restarts"] < 1 or r["acked_blocks"] == 0:
