@@ -62,6 +62,7 @@ struct Totals {
   uint64_t failed_starts = 0;
   std::vector<std::string> start_failures;
   std::string fatal;
+  std::string stuck;  // why no put was acknowledged once the faults were over
 };
 
 class ChaosRun {
@@ -89,6 +90,7 @@ class ChaosRun {
   void Verify(uint64_t corrupt_before);
   void Sample();
   void EndIncarnation();
+  void CheckLiveness();
   void TearDown();
 
   const ChaosBenchmarkOptions& o_;
@@ -403,6 +405,7 @@ void ChaosRun::Run() {
   StopClients();
   ResolveAll();
   if (!t_.fatal.empty()) return;
+  CheckLiveness();
   // A last kill and check with every fault over, then a clean shutdown.
   Log("final kill_daemon, check and SIGTERM");
   Restart(/*crashed=*/false);
@@ -413,6 +416,21 @@ void ChaosRun::Run() {
     t_.crash_logs.push_back(stopped.message() + ": " + daemon_->LogTail(4000));
     Log("CRASH: " + stopped.message());
   }
+}
+
+// With every fault over, the daemon must take puts again: a chain fully acknowledged within
+// 10 s (a Redis node just restarted may still be joining; the disk tier may be demoting).
+// A daemon that cannot is stuck, whatever it kept.
+void ChaosRun::CheckLiveness() {
+  const auto deadline = Clock::now() + 10s;
+  Status put = Status::Ok();
+  for (uint64_t chain = 0; Clock::now() < deadline; ++chain) {
+    put = ProbePut(env_, o_.clients, chain);  // a client index no client thread uses
+    if (put.ok()) return;
+    std::this_thread::sleep_for(200ms);
+  }
+  t_.stuck = put.ToString();
+  Log("STUCK: with every fault over, no put was acknowledged for 10 s: " + t_.stuck);
 }
 
 void ChaosRun::TearDown() {
@@ -461,6 +479,7 @@ nlohmann::json ChaosRun::Report() const {
        {{"clients", o_.clients}, {"fault_interval_s", o_.fault_interval_s}, {"disk_mib", o_.disk_mib},
         {"tmpfs", disk_fault_ok_}, {"work_dir", dir_}}}};
   if (!t_.fatal.empty()) out["fatal"] = t_.fatal;
+  if (!t_.stuck.empty()) out["stuck"] = t_.stuck;
   return out;
 }
 

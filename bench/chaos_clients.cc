@@ -187,6 +187,22 @@ void RunChaosClient(const ClientEnv& env, int index, ClientModel& model) {
   }
 }
 
+Status ProbePut(const ClientEnv& env, int index, uint64_t chain) {
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Client> client,
+                          Client::ConnectUnix(env.unix_socket, {.shared_memory_bytes = kAreaBytes, .io_timeout_ms = 5000}));
+  const std::vector<BlockKey> keys = Keys(env, index, chain, kChainBlocks);
+  std::vector<ClientBlock> blocks;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const std::span<std::byte> payload = client->shared_memory().subspan(i * kMaxBlockBytes, BlockBytes(keys[i]));
+    FillBlock(payload, keys[i]);
+    blocks.push_back({.key = keys[i], .payload = payload, .tokens = 16});
+  }
+  KVTIER_ASSIGN_OR_RETURN(protocol::PutReply reply, client->Put(blocks));
+  if (reply.new_blocks + reply.present_blocks == keys.size()) return Status::Ok();
+  return Status::ResourceExhausted("the daemon refused " + std::to_string(reply.refused_blocks) + " of " +
+                                   std::to_string(keys.size()) + " blocks");
+}
+
 Result<uint64_t> DaemonCounter(const std::string& unix_socket, const std::string& name) {
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Client> client,
                           Client::ConnectUnix(unix_socket, {.shared_memory_bytes = 0, .io_timeout_ms = 5000}));

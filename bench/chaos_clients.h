@@ -44,6 +44,10 @@ struct VerifyResult {
 // back, so that the next restart does not count their loss again.
 Result<VerifyResult> VerifyDurable(const ClientEnv& env, const std::vector<std::unique_ptr<ClientModel>>& models);
 
+// Puts chain `chain` of client `index` over a new Unix connection: Ok when the daemon
+// acknowledged all of it, else why not (its error, or ResourceExhausted for a refused tail).
+Status ProbePut(const ClientEnv& env, int index, uint64_t chain);
+
 // The daemon's store counter `name` from its Stats, over a fresh connection.
 Result<uint64_t> DaemonCounter(const std::string& unix_socket, const std::string& name);
 

@@ -4,8 +4,8 @@
 usage: chaos_check.py KVTIER_BINARY [bench chaos flags...]
 
 Prints the JSON, then exits 0 when no get returned wrong bytes, the daemon never crashed or
-refused to start, no acknowledged block that had to survive a restart was lost and every
-check after a restart ran; 77 (ctest's skip code) when redis-server or redis-cli is missing;
+refused to start, no acknowledged block that had to survive a restart was lost, every check
+after a restart ran and the daemon took puts again once the faults were over; 77 (ctest's skip code) when redis-server or redis-cli is missing;
 1 otherwise.
 
 Known and tolerated (reported, with a warning; docs/chaos.md "Findings"): a start refused
@@ -36,8 +36,9 @@ def main() -> int:
             print("chaos_check: warning: a known failed start (docs/chaos.md, Findings): " + failure)
         else:
             failed.append("failed start: " + failure)
-    if "fatal" in r:
-        failed.append("fatal: " + r["fatal"])
+    for key in ("fatal", "stuck"):
+        if key in r:
+            failed.append(f"{key}: {r[key]}")
     if r["restarts"] < 1 or r["acked_blocks"] == 0:
         failed.append(f"nothing was checked ({r['restarts']} restarts, {r['acked_blocks']} acknowledged blocks)")
     for failure in failed:
