@@ -90,7 +90,7 @@ class ChaosRun {
   void Verify(uint64_t corrupt_before);
   void Sample();
   void EndIncarnation();
-  void CheckLiveness();
+  void CheckLiveness(const std::string& when);
   void TearDown();
 
   const ChaosBenchmarkOptions& o_;
@@ -106,6 +106,7 @@ class ChaosRun {
   std::vector<Pending> pending_;
   Incarnation incarnation_;
   uint64_t flips_since_restart_ = 0;
+  uint64_t probe_chain_ = 0;  // CheckLiveness's chains
 
   Gate gate_;
   Tally tally_;
@@ -405,11 +406,12 @@ void ChaosRun::Run() {
   StopClients();
   ResolveAll();
   if (!t_.fatal.empty()) return;
-  CheckLiveness();
+  CheckLiveness("with every fault over");
   // A last kill and check with every fault over, then a clean shutdown.
   Log("final kill_daemon, check and SIGTERM");
   Restart(/*crashed=*/false);
   if (!t_.fatal.empty()) return;
+  CheckLiveness("after the final restart");
   EndIncarnation();
   if (Status stopped = daemon_->Terminate(); !stopped.ok()) {
     ++t_.crashes;
@@ -418,19 +420,20 @@ void ChaosRun::Run() {
   }
 }
 
-// With every fault over, the daemon must take puts again: a chain fully acknowledged within
-// 10 s (a Redis node just restarted may still be joining; the disk tier may be demoting).
-// A daemon that cannot is stuck, whatever it kept.
-void ChaosRun::CheckLiveness() {
+// With every fault over (and again after the final restart), the daemon must take puts: a
+// chain fully acknowledged within 10 s (a Redis node just restarted may still be joining;
+// the disk tier may be demoting). A daemon that cannot is stuck, whatever it kept.
+void ChaosRun::CheckLiveness(const std::string& when) {
   const auto deadline = Clock::now() + 10s;
   Status put = Status::Ok();
-  for (uint64_t chain = 0; Clock::now() < deadline; ++chain) {
-    put = ProbePut(env_, o_.clients, chain);  // a client index no client thread uses
+  while (Clock::now() < deadline) {
+    put = ProbePut(env_, o_.clients, probe_chain_++);  // a client index no client thread uses
     if (put.ok()) return;
     std::this_thread::sleep_for(200ms);
   }
-  t_.stuck = put.ToString();
-  Log("STUCK: with every fault over, no put was acknowledged for 10 s: " + t_.stuck);
+  const std::string stuck = when + ", no put was acknowledged for 10 s: " + put.ToString();
+  t_.stuck += (t_.stuck.empty() ? "" : "; ") + stuck;
+  Log("STUCK: " + stuck);
 }
 
 void ChaosRun::TearDown() {
