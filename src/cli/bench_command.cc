@@ -2,6 +2,7 @@
 #include <iostream>
 #include <memory>
 
+#include "chaos_benchmark.h"
 #include "cli/commands.h"
 #include "dedup_benchmark.h"
 #include "index_benchmark.h"
@@ -95,6 +96,22 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   serve->add_option("--seed", serve_options->seed, "Workload seed")->capture_default_str();
   serve->add_flag("--json", serve_options->json_flag, "Print JSON (the only format)");
   OnRun(serve, serve_options, &bench::RunServeBenchmark, exit_code);
+
+  auto chaos_options = std::make_shared<bench::ChaosBenchmarkOptions>();
+  CLI::App* chaos = bench->add_subcommand(
+      "chaos", "A real daemon over DRAM, disk and a Redis Cluster under load and a seeded fault schedule (docs/chaos.md)");
+  chaos->add_option("--seconds", chaos_options->seconds, "Seconds of load and faults")->capture_default_str();
+  chaos->add_option("--seed", chaos_options->seed, "Seed of the fault schedule and the workload")->capture_default_str();
+  chaos->add_option("--clients", chaos_options->clients, "Client threads (even: Unix socket, odd: TCP)")->capture_default_str();
+  chaos->add_option("--work-dir", chaos_options->work_dir, "Where the daemon's files go (default: a fresh /tmp/kvtier-chaos-*)");
+  chaos->add_option("--fault-interval", chaos_options->fault_interval_s, "Mean seconds between faults")->capture_default_str();
+  chaos->add_option("--faults", chaos_options->faults,
+                    "Only these faults (kill_daemon, kill_redis, full_disk, flip_disk, flip_redis, slow_redis, "
+                    "vanish_client, malformed_frame)");
+  chaos->add_option("--disk-mib", chaos_options->disk_mib, "The persist tier's capacity in MiB")->capture_default_str();
+  chaos->add_flag("--keep-work-dir", chaos_options->keep_work_dir, "Keep the default work directory (logs) after the run");
+  chaos->add_flag("--json", chaos_options->json_flag, "Print JSON (the only format)");
+  OnRun(chaos, chaos_options, &bench::RunChaosBenchmark, exit_code);
 }
 
 }  // namespace kvtier::cli

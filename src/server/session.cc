@@ -51,6 +51,7 @@ std::string StatsJson(const StoreStats& s, const std::string& predictor_json) {
       {"prefetch_wasted", s.prefetch_wasted}, {"prefetch_window", s.prefetch_window},
       {"queued_moves", s.queued_moves}, {"pinned_blocks", s.pinned_blocks}, {"index_blocks", s.index_blocks},
       {"expected_blocks", s.expected_blocks},
+      {"recovered_blocks", s.recovered_blocks}, {"recovery_dropped_blocks", s.recovery_dropped_blocks},
       {"predictor", nlohmann::json::parse(predictor_json)}};
   return out.dump();
 }
