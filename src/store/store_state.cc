@@ -197,6 +197,15 @@ Status TieredStore::Impl::WriteMakingRoom(int t, const BlockKey& key, std::span<
 
 Status TieredStore::Impl::RetryMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload,
                                           uint32_t bytes, Status first) {
+  Status s = RetryWriteMakingRoom(t, key, payload, bytes, std::move(first));
+  // The write into a durable tier was journaled before it; withdrawn when it failed for good,
+  // or the journal would list copies that never were (and grow with every refused put).
+  if (!s.ok() && (durable & (1u << t))) JournalEviction(t, key);
+  return s;
+}
+
+Status TieredStore::Impl::RetryWriteMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload,
+                                               uint32_t bytes, Status first) {
   const TierState& ts = tier_state(t);  // `capacity` is set once, in Open
   if (first.code() != StatusCode::kResourceExhausted || ts.capacity == 0) return first;
   Rebalance(t, bytes);

@@ -204,7 +204,10 @@ struct TieredStore::Impl {
   // refuses it (its free space lies in slots of other sizes), a few blocks' worth more are
   // moved out past the watermark and the write is tried once more. A tier full of pinned
   // blocks is left alone: moving other blocks out would not make room.
+  // A write that fails for good withdraws its journal record (JournalEviction).
   Status RetryMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes, Status first);
+  Status RetryWriteMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes,
+                              Status first);
 
   // --- Moves (store_moves.cc) -------------------------------------------------------------
   // Runs `move` on a mover thread, or inline with `synchronous_moves`.
