@@ -55,6 +55,9 @@ struct TierStats {
   uint64_t read_misses = 0;
   uint64_t checksum_failures = 0;
   uint64_t evictions = 0;
+  // Evictions that could not erase the block from the device (an NVMe header that could not
+  // be zeroed): such a block could come back after a restart.
+  uint64_t evict_failures = 0;
 };
 
 class Tier {
