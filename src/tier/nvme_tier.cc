@@ -783,6 +783,14 @@ TierStats NvmeTier::GetStats() const {
   return s;
 }
 
+Result<std::vector<BlockKey>> NvmeTier::ListKeys() const {
+  std::vector<BlockKey> keys;
+  std::lock_guard lock(mutex_);
+  keys.reserve(index_.size());
+  for (const auto& [key, entry] : index_) keys.push_back(key);
+  return keys;
+}
+
 std::optional<NvmeTier::Location> NvmeTier::LocationForTesting(const BlockKey& key) const {
   std::lock_guard lock(mutex_);
   auto it = index_.find(key);

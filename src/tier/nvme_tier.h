@@ -88,6 +88,7 @@ class NvmeTier final : public Tier {
   std::optional<std::size_t> Size(const BlockKey& key) const override;
   Status Evict(const BlockKey& key) override;
   TierStats GetStats() const override;
+  Result<std::vector<BlockKey>> ListKeys() const override;
   std::vector<Status> WriteBatch(std::span<const WriteOp> ops) override;
   std::vector<Result<std::size_t>> ReadBatch(std::span<const ReadOp> ops) override;
 

@@ -137,6 +137,7 @@ class ParallelFsTier final : public Tier {
   std::optional<std::size_t> Size(const BlockKey& key) const override;
   Status Evict(const BlockKey& key) override;
   TierStats GetStats() const override;
+  Result<std::vector<BlockKey>> ListKeys() const override;
 
  private:
   static constexpr std::size_t kKeyLocks = 64;
@@ -388,6 +389,14 @@ TierStats ParallelFsTier::GetStats() const {
   stats.used_bytes = used_bytes_;
   stats.blocks = sizes_.size();
   return stats;
+}
+
+Result<std::vector<BlockKey>> ParallelFsTier::ListKeys() const {
+  std::vector<BlockKey> keys;
+  std::lock_guard lock(mu_);
+  keys.reserve(sizes_.size());
+  for (const auto& [key, size] : sizes_) keys.push_back(key);
+  return keys;
 }
 
 Status ParallelFsTier::Open() {
