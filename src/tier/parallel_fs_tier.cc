@@ -430,11 +430,16 @@ Status ParallelFsTier::ScanDirectory(const std::string& dir, int level) {
   return Status::Ok();
 }
 
-// Counts a block file found at startup, or removes it when its header shows it damaged.
-// Files that are not ours (other names, or a key in the wrong shard) are left alone.
+// Counts a block file found at startup, or removes it when its header shows it damaged or
+// recover is off. Files that are not ours (other names, or a key in the wrong shard) are left
+// alone.
 void ParallelFsTier::AdmitScanned(const std::string& path, std::string_view file_name) {
   const Result<BlockKey> key = BlockKey::FromHex(file_name.substr(0, file_name.size() - kBlockSuffix.size()));
   if (!key.ok() || BlockPath(key->ToHex()) != path) return;
+  if (!options_.recover) {
+    ::unlink(path.c_str());
+    return;
+  }
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   struct stat info {};
   if (!fd.valid() || ::fstat(fd.get(), &info) != 0) return;
