@@ -520,9 +520,9 @@ Status NvmeTier::RetireSlots(std::span<const Entry> entries) {
     if (k >= entries.size()) continue;  // counted when it first failed
     counters_.evict_failures.fetch_add(1, std::memory_order_relaxed);
     if (status.ok()) {
-      status = Status::IoError(name() + ": cannot zero the header of the slot in '" + options_.files[e.slot.file] +
-                               "' at offset " + std::to_string(data_offset_ + e.slot.offset) + ": " +
-                               Errno(requests[k].error) + "; a restart could bring its block back");
+      status = Status::IoError("cannot zero the header of its slot in '" + options_.files[e.slot.file] + "' at offset " +
+                               std::to_string(data_offset_ + e.slot.offset) + " (" + Errno(requests[k].error) +
+                               "); a restart could bring it back until a later eviction zeroes the header");
     }
   }
   std::lock_guard lock(stale_mutex_);
@@ -768,7 +768,7 @@ Status NvmeTier::Evict(const BlockKey& key) {
     evicted = EraseLocked(it);
   }
   counters_.evictions.fetch_add(1, std::memory_order_relaxed);
-  return RetireSlots({&evicted, 1}).WithContext(name() + ": evicted block " + key.ToHex());
+  return RetireSlots({&evicted, 1}).WithContext(name() + ": block " + key.ToHex() + " is evicted");
 }
 
 TierStats NvmeTier::GetStats() const {

@@ -43,7 +43,8 @@
 // allocator and the I/O engine lock internally. I/O never runs under `mutex_`: a batch looks
 // up (reads) or allocates (writes) its slots, runs all of its I/O together, then takes
 // `mutex_` once more to publish (writes) or to decide what a failed check means (reads).
-// Lock order: mutex_, then the allocator's mutex (slots are freed under mutex_).
+// Lock order: mutex_, then the allocator's mutex (a failed write frees its slot under mutex_);
+// stale_mutex_ is never held with mutex_.
 // A Write never overwrites a slot the index points to: it fills a new slot and switches the
 // entry after the write completed, then frees the old slot. A Read racing with that free
 // and a reuse of the slot sees a header that does not match its entry; the entry has then
