@@ -55,6 +55,9 @@ struct TierStats {
   uint64_t read_misses = 0;
   uint64_t checksum_failures = 0;
   uint64_t evictions = 0;
+  // Evictions that could not erase the block from the device (an NVMe header that could not
+  // be zeroed): such a block could come back after a restart.
+  uint64_t evict_failures = 0;
 };
 
 class Tier {
@@ -92,6 +95,12 @@ class Tier {
 
   virtual TierStats GetStats() const = 0;
 
+  // The keys of every block the tier holds, so that the store can evict at Open what its
+  // index does not list (blocks a persistent tier brought back from an earlier run).
+  // Unsupported by default: a tier that cannot tell its own blocks from other clients'
+  // (a shared remote pool) must not list them, or they would be deleted.
+  virtual Result<std::vector<BlockKey>> ListKeys() const;
+
   // Many blocks per call. These loop over Write / Read; tiers with device queues or
   // pipelines override them. Results are in the order of `ops`.
   virtual std::vector<Status> WriteBatch(std::span<const WriteOp> ops);
@@ -126,6 +135,7 @@ class TierWrapper : public Tier {
   std::optional<std::size_t> Size(const BlockKey& key) const override { return target_->Size(key); }
   Status Evict(const BlockKey& key) override { return target_->Evict(key); }
   TierStats GetStats() const override { return target_->GetStats(); }
+  Result<std::vector<BlockKey>> ListKeys() const override { return target_->ListKeys(); }
   std::vector<Status> WriteBatch(std::span<const WriteOp> ops) override { return target_->WriteBatch(ops); }
   std::vector<Result<std::size_t>> ReadBatch(std::span<const ReadOp> ops) override { return target_->ReadBatch(ops); }
   void SubmitWriteBatch(std::vector<WriteOp> ops, WriteDone done) override {

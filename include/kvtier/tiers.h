@@ -57,6 +57,9 @@ struct ParallelFsTierOptions {
   uint64_t capacity_bytes = 0;         // Default: 0, unbounded (the filesystem's space)
   int shard_levels = 2;                // Default: 2 levels of 256 subdirectories
   FsyncPolicy fsync = FsyncPolicy::kFile;  // Default: kFile
+  // Default: true, count the blocks an earlier run left in the directory as held; false
+  // deletes them, so the tier starts empty (a tier whose blocks no journal lists).
+  bool recover = true;
 
   Status Validate() const;
 };

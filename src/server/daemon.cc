@@ -27,6 +27,21 @@ Result<std::size_t> PersistTierIndex(const ServeConfig& c) {
       "persistence needs an nvme or parallel_fs tier; add one, or set store.persistence: none");
 }
 
+// The tiers to open: only the persist tier's blocks can be indexed again (the journal lists
+// them), so every other disk tier starts empty rather than bringing back blocks that nothing
+// would index or evict.
+TierConfig RecoveringOnly(TierConfig tiers, std::optional<std::size_t> persist_tier) {
+  for (std::size_t i = 0; i < tiers.tiers.size(); ++i) {
+    if (i == persist_tier) continue;
+    std::visit(
+        [](auto& options) {
+          if constexpr (requires { options.recover; }) options.recover = false;
+        },
+        tiers.tiers[i]);
+  }
+  return tiers;
+}
+
 }  // namespace
 
 struct Daemon::Impl {
@@ -78,7 +93,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(ServeConfig config) {
     std::error_code ec;
     fs::create_directories(fs::path(c.journal_path).parent_path(), ec);
   }
-  KVTIER_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Tier>> tiers, OpenTiers(c.tiers));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Tier>> tiers, OpenTiers(RecoveringOnly(c.tiers, persist_tier)));
   Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(std::move(tiers), std::move(store_options));
   if (!store.ok()) return store.status().WithContext("opening the store");
   impl->store = std::move(*store);

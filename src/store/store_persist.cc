@@ -294,6 +294,24 @@ Status TieredStore::Impl::OpenCompactedJournal(std::span<const JournalRecord> re
   return Status::Ok();
 }
 
+void TieredStore::Impl::EvictUnindexed() {
+  if (options.metadata_only) return;  // such a store never reads or writes the tiers' blocks
+  for (int t = 0; t <= last_tier(); ++t) {
+    Tier& tier = *tier_state(t).tier;
+    const Result<std::vector<BlockKey>> held = tier.ListKeys();
+    if (!held.ok()) continue;  // a tier that cannot list (a shared pool) keeps what it holds
+    std::vector<BlockKey> unindexed;
+    {
+      std::lock_guard lock(mu_);
+      for (const BlockKey& key : *held) {
+        const std::optional<BlockInfo> info = index.Find(key);
+        if (!info || !(info->meta.tiers & (1u << t))) unindexed.push_back(key);
+      }
+    }
+    for (const BlockKey& key : unindexed) (void)tier.Evict(key);
+  }
+}
+
 Status TieredStore::Impl::Flush() {
   if (!journal) return Status::FailedPrecondition("store: Flush needs StoreOptions::persistence");
   Status first = Status::Ok();

@@ -45,11 +45,11 @@ class StorePersist : public ::testing::Test {
   std::string nvme_file() const { return dir_ + "/nvme.slots"; }
   std::string journal() const { return dir_ + "/blocks.journal"; }
 
-  std::vector<std::unique_ptr<Tier>> Tiers(uint64_t dram_bytes) const {
+  std::vector<std::unique_ptr<Tier>> Tiers(uint64_t dram_bytes, uint64_t nvme_bytes = 64u << 20) const {
     std::vector<std::unique_ptr<Tier>> tiers;
     Result<std::unique_ptr<Tier>> dram = NewDramTier(
         {.capacity_bytes = dram_bytes, .lock_memory = false, .huge_pages = false, .pin_for_gpu = false});
-    Result<std::unique_ptr<Tier>> nvme = NewNvmeTier({.files = {nvme_file()}, .capacity_bytes = 64u << 20});
+    Result<std::unique_ptr<Tier>> nvme = NewNvmeTier({.files = {nvme_file()}, .capacity_bytes = nvme_bytes});
     EXPECT_TRUE(dram.ok() && nvme.ok()) << dram.status().ToString() << nvme.status().ToString();
     tiers.push_back(std::move(*dram));
     tiers.push_back(std::move(*nvme));
@@ -285,6 +285,53 @@ TEST_F(StorePersist, OnFlushPersistsWhatReachedThePersistTier) {
   uint64_t found = 0;
   for (uint64_t chain = 0; chain < 40; ++chain) found += GetChain(*store, chain, 4);
   EXPECT_EQ(found, store->GetStats().recovered_blocks);
+}
+
+// Issue 18, hole 4: blocks the persist tier holds that no journal record lists (written
+// after the last Flush before a crash, or listed by a journal tail a power loss cut off)
+// are evicted at Open, not kept unindexed: the tier's space comes back, even from full.
+TEST_F(StorePersist, BlocksThePersistTierHoldsWithoutARecordAreEvictedAtOpen) {
+  const auto open = [&] {  // a small NVMe tier, quick to fill
+    Result<std::unique_ptr<TieredStore>> store =
+        TieredStore::Open(Tiers(8u << 20, 8u << 20), Options(PersistenceOptions::PersistMode::kOnFlush));
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    return store.ok() ? std::move(*store) : nullptr;
+  };
+  uint64_t orphans = 0;
+  {
+    auto store = open();
+    ASSERT_NE(store, nullptr);
+    PutChain(*store, 0, 4);
+    ASSERT_TRUE(store->Flush().ok());
+    const std::vector<std::byte> payload = Payload(99, 0);
+    while (store->tier(1).Write(Key(100 + orphans, 0), payload).ok()) ++orphans;
+    ASSERT_GT(orphans, 300u);
+  }  // no Flush: a crash
+  auto store = open();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->GetStats().recovered_blocks, 4u);
+  EXPECT_EQ(store->tier(1).GetStats().blocks, 4u);
+  EXPECT_EQ(store->tier(1).GetStats().used_bytes, 4u * kBlockBytes);
+  EXPECT_EQ(store->tier(1).Size(Key(100, 0)), std::nullopt);
+  EXPECT_EQ(GetChain(*store, 0, 4), 4u);
+  for (uint64_t chain = 1; chain <= 10; ++chain) PutChain(*store, chain, 4);
+  const Status flushed = store->Flush();
+  EXPECT_TRUE(flushed.ok()) << flushed.ToString();
+  EXPECT_EQ(store->tier(1).GetStats().blocks, 44u);
+}
+
+// Issue 18, hole 4: without persistence the store indexes nothing at Open, so a tier that
+// recovered blocks from an earlier run (an NVMe tier with recover: true) is emptied.
+TEST_F(StorePersist, WithoutPersistenceBlocksATierRecoveredAreEvictedAtOpen) {
+  {
+    std::vector<std::unique_ptr<Tier>> tiers = Tiers(4u << 20);
+    const std::vector<std::byte> payload = Payload(99, 0);
+    for (uint64_t i = 0; i < 50; ++i) ASSERT_TRUE(tiers[1]->Write(Key(100 + i, 0), payload).ok());
+  }
+  auto store = Open(4u << 20, StoreOptions{});
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->tier(1).GetStats().blocks, 0u);
+  EXPECT_EQ(store->tier(1).GetStats().used_bytes, 0u);
 }
 
 // (f) A file at journal_path that is not a block journal stops Open, naming the file.

@@ -343,6 +343,10 @@ struct TieredStore::Impl {
   // Replaces the journal with one that lists `recovered` only; on a disk too full for that,
   // goes on with the journal as it is.
   Status OpenCompactedJournal(std::span<const JournalRecord> recovered);
+  // Open, after Recover: evicts from each tier that lists its blocks those the index does not
+  // hold there (blocks the persist tier holds without a journal record, any block another
+  // tier brought back from an earlier run), which would otherwise fill it unindexed.
+  void EvictUnindexed();
   Status Flush();
 };
 

@@ -103,6 +103,7 @@ Result<std::unique_ptr<TieredStore>> TieredStore::Open(std::vector<std::unique_p
     }
     KVTIER_RETURN_IF_ERROR(impl->Recover());
   }
+  impl->EvictUnindexed();
   if (!impl->options.synchronous_moves) {
     impl->movers = std::make_unique<TaskPool>(impl->options.mover_threads, impl->options.max_queued_moves);
   }

@@ -4,10 +4,14 @@
 // its slot. Read copies the payload out under its shard's shared lock. Write fills a fresh
 // slot with no lock held, then swaps it in under the shard's exclusive lock and frees the
 // old slot there, so no reader can be copying a slot that is being reused: a Read sees the
-// old block or the new one, never a torn mix. Lock order: a shard lock, then the slab
+// old block or the new one, never a torn mix. A Read whose checksum fails drops the block
+// under the exclusive lock afterwards, only if the entry still has the generation it read.
+// Lock order: a shard lock, then the slab
 // allocator's mutex (Free under a shard lock); Allocate takes no shard lock.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <shared_mutex>
 #include <unordered_map>
 
@@ -36,7 +40,7 @@ class MemoryTier final : public Tier {
                                             " bytes); evict blocks first"));
     }
     const uint64_t checksum = CopyWithChecksum(std::span(slot, payload.size()), payload);
-    const Entry entry{slot, payload.size(), checksum};
+    const Entry entry{slot, payload.size(), checksum, next_generation_.fetch_add(1, std::memory_order_relaxed)};
     Shard& shard = ShardFor(key);
     {
       std::unique_lock lock(shard.mutex);
@@ -57,6 +61,7 @@ class MemoryTier final : public Tier {
 
   Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override {
     Shard& shard = ShardFor(key);
+    uint64_t failed_generation = 0;
     {
       std::shared_lock lock(shard.mutex);
       auto it = shard.blocks.find(key);
@@ -69,15 +74,25 @@ class MemoryTier final : public Tier {
         return Status::InvalidArgument(name() + ": a buffer of " + std::to_string(out.size()) + " bytes cannot hold block " +
                                        key.ToHex() + " of " + std::to_string(entry.size));
       }
-      if (CopyWithChecksum(out, std::span<const std::byte>(entry.slot, entry.size)) == entry.checksum) {
+      const std::span<std::byte> copied = out.first(entry.size);
+      if (CopyWithChecksum(copied, std::span<const std::byte>(entry.slot, entry.size)) == entry.checksum) {
         counters_.reads.fetch_add(1, std::memory_order_relaxed);
         counters_.read_bytes.fetch_add(entry.size, std::memory_order_relaxed);
         return entry.size;
       }
+      // The stored bytes changed under us (a memory fault or a stray write): hand back none.
+      std::fill(copied.begin(), copied.end(), std::byte{0});
+      failed_generation = entry.generation;
     }
-    // The stored bytes changed under us (a memory fault or a stray write): never return them.
     counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);
-    (void)Evict(key);
+    if (failed_read_hook_) failed_read_hook_();
+    // The shard lock was let go: a Write may have replaced the block meanwhile, and only the
+    // copy that failed may go.
+    {
+      std::unique_lock lock(shard.mutex);
+      auto it = shard.blocks.find(key);
+      if (it != shard.blocks.end() && it->second.generation == failed_generation) EraseLocked(shard, it);
+    }
     return Status::Corruption(name() + ": block " + key.ToHex() + " failed its checksum and was dropped");
   }
 
@@ -94,10 +109,7 @@ class MemoryTier final : public Tier {
     std::unique_lock lock(shard.mutex);
     auto it = shard.blocks.find(key);
     if (it == shard.blocks.end()) return Status::NotFound(name() + ": block " + key.ToHex() + " is not here");
-    used_bytes_ -= it->second.size;
-    slabs_->Free(it->second.slot, it->second.size);
-    shard.blocks.erase(it);
-    blocks_.fetch_sub(1, std::memory_order_relaxed);
+    EraseLocked(shard, it);
     counters_.evictions.fetch_add(1, std::memory_order_relaxed);
     return Status::Ok();
   }
@@ -120,17 +132,27 @@ class MemoryTier final : public Tier {
     return true;
   }
 
+  void SetFailedReadHookForTesting(std::function<void()> hook) { failed_read_hook_ = std::move(hook); }
+
  private:
   struct Entry {
     std::byte* slot;
     std::size_t size;
     uint64_t checksum;
+    uint64_t generation;  // unique per Write: tells a block from the one that replaced it
   };
   struct Shard {
     mutable std::shared_mutex mutex;
     std::unordered_map<BlockKey, Entry, BlockKeyHash> blocks;  // GUARDED_BY(mutex)
   };
 
+  // Requires the shard's exclusive lock.
+  void EraseLocked(Shard& shard, std::unordered_map<BlockKey, Entry, BlockKeyHash>::iterator it) {
+    used_bytes_ -= it->second.size;
+    slabs_->Free(it->second.slot, it->second.size);
+    shard.blocks.erase(it);
+    blocks_.fetch_sub(1, std::memory_order_relaxed);
+  }
   Shard& ShardFor(const BlockKey& key) { return shards_[BlockKeyHash{}(key) % shards_.size()]; }
   const Shard& ShardFor(const BlockKey& key) const { return shards_[BlockKeyHash{}(key) % shards_.size()]; }
   Status Fail(Status status) {
@@ -142,8 +164,9 @@ class MemoryTier final : public Tier {
   const std::string name_;
   const std::unique_ptr<SlabAllocator> slabs_;
   std::vector<Shard> shards_;
-  std::atomic<uint64_t> used_bytes_{0}, blocks_{0};
+  std::atomic<uint64_t> used_bytes_{0}, blocks_{0}, next_generation_{1};
   TierCounters counters_;
+  std::function<void()> failed_read_hook_;  // test seam: set while no Read runs
 };
 
 }  // namespace
@@ -157,6 +180,10 @@ Status DramTierOptions::Validate() const {
 bool CorruptDramBlockForTesting(Tier* tier, const BlockKey& key) {
   auto* dram = dynamic_cast<MemoryTier*>(tier);
   return dram != nullptr && dram->CorruptForTesting(key);
+}
+
+void SetDramFailedReadHookForTesting(Tier* tier, std::function<void()> hook) {
+  if (auto* dram = dynamic_cast<MemoryTier*>(tier)) dram->SetFailedReadHookForTesting(std::move(hook));
 }
 
 Result<std::unique_ptr<Tier>> NewDramTier(const DramTierOptions& options) {

@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include <gtest/gtest.h>
@@ -23,6 +24,40 @@ TEST(DramTier, CorruptedBlockIsDroppedNeverReturned) {
   EXPECT_EQ((*tier)->Size(key), std::nullopt);
   EXPECT_EQ((*tier)->GetStats().checksum_failures, 1u);
   EXPECT_EQ((*tier)->GetStats().used_bytes, 0u);
+}
+
+// Issue 18, hole 8: a read that fails its checksum hands back none of the bad bytes.
+TEST(DramTier, CorruptedReadLeavesNoBadBytesInTheBuffer) {
+  Result<std::unique_ptr<Tier>> tier = NewDramTier({.capacity_bytes = 4u << 20, .lock_memory = false});
+  ASSERT_TRUE(tier.ok());
+  const BlockKey key{1, 2};
+  const std::vector<std::byte> payload(8192, std::byte{7});
+  ASSERT_TRUE((*tier)->Write(key, payload).ok());
+  ASSERT_TRUE(CorruptDramBlockForTesting(tier->get(), key));
+  std::vector<std::byte> out(8192, std::byte{0});
+  EXPECT_EQ((*tier)->Read(key, out).status().code(), StatusCode::kCorruption);
+  EXPECT_TRUE(std::ranges::all_of(out, [](std::byte b) { return b == std::byte{0}; }));
+}
+
+// Issue 18, hole 8: a Write of the same key between a failed checksum and the drop that
+// follows survives; only the block that failed is dropped.
+TEST(DramTier, RewriteRacingAFailedReadSurvives) {
+  Result<std::unique_ptr<Tier>> tier = NewDramTier({.capacity_bytes = 4u << 20, .lock_memory = false});
+  ASSERT_TRUE(tier.ok());
+  Tier* t = tier->get();
+  const BlockKey key{1, 2};
+  const std::vector<std::byte> bad(8192, std::byte{7}), fresh(8192, std::byte{9});
+  ASSERT_TRUE(t->Write(key, bad).ok());
+  ASSERT_TRUE(CorruptDramBlockForTesting(t, key));
+  SetDramFailedReadHookForTesting(t, [&] { ASSERT_TRUE(t->Write(key, fresh).ok()); });
+  std::vector<std::byte> out(8192);
+  EXPECT_EQ(t->Read(key, out).status().code(), StatusCode::kCorruption);
+  SetDramFailedReadHookForTesting(t, nullptr);
+  Result<std::size_t> again = t->Read(key, out);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(out, fresh);
+  EXPECT_EQ(t->GetStats().blocks, 1u);
+  EXPECT_EQ(t->GetStats().used_bytes, fresh.size());
 }
 
 TEST(DramTier, OptionsAreValidated) {

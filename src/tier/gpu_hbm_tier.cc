@@ -334,7 +334,9 @@ class GpuHbmTier final : public Tier {
       } else if (!transfers[i].status.ok()) {
         results.emplace_back(transfers[i].status);
       } else if (XXH3_64bits_digest(&transfers[i].hash) != entries[i].checksum) {
-        // The device bytes changed (an HBM fault or a stray kernel write): never return them.
+        // The device bytes changed (an HBM fault or a stray kernel write): never return them,
+        // not even in the caller's buffer.
+        std::memset(ops[i].out.data(), 0, entries[i].size);
         counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);
         DropIfStill(ops[i].key, entries[i].slot.get());
         results.emplace_back(Status::Corruption(name_ + ": block " + ops[i].key.ToHex() +

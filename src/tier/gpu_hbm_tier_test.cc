@@ -2,6 +2,7 @@
 // the GpuHbmTierOnDevice tests need a CUDA GPU and skip, saying so, where none answers.
 #include "tier/gpu_hbm_tier.h"
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -155,8 +156,10 @@ TEST_F(GpuHbmTierOnDevice, CorruptedBlockIsDroppedNeverReturned) {
   ASSERT_NE(tier, nullptr);
   ASSERT_TRUE(tier->Write(Key(1), Payload(200000, 4)).ok());
   ASSERT_TRUE(CorruptGpuBlockForTesting(tier.get(), Key(1)));
-  std::vector<std::byte> out(200000);
+  std::vector<std::byte> out(200000, std::byte{0});
   EXPECT_EQ(tier->Read(Key(1), out).status().code(), StatusCode::kCorruption);
+  // Issue 18, hole 8: none of the bytes that failed the check are left in the buffer.
+  EXPECT_TRUE(std::ranges::all_of(out, [](std::byte b) { return b == std::byte{0}; }));
   EXPECT_EQ(tier->Size(Key(1)), std::nullopt);
   EXPECT_EQ(tier->GetStats().checksum_failures, 1u);
   EXPECT_EQ(tier->GetStats().used_bytes, 0u);

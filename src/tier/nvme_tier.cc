@@ -388,6 +388,7 @@ Status NvmeTier::Recover(uint64_t format_id) {
     Header header;
   };
   std::unordered_map<BlockKey, Found, BlockKeyHash> winners;
+  std::vector<Found> losers;
   std::vector<std::pair<FileSlot, uint64_t>> slots;
   for (const FileSlab& slab : slabs) {
     if (slab.slot_bytes == 0 || slab.bytes % slab.slot_bytes != 0) continue;  // RestoreSlab refuses it below
@@ -421,14 +422,19 @@ Status NvmeTier::Recover(uint64_t format_id) {
         continue;  // a free slot, a torn header, or one from an earlier format
       }
       max_generation = std::max(max_generation, header->generation);
-      auto [it, inserted] = winners.try_emplace(header->key, Found{slot, slot_bytes, *header});
-      if (!inserted && it->second.header.generation < header->generation) it->second = {slot, slot_bytes, *header};
+      Found found{slot, slot_bytes, *header};
+      auto [it, inserted] = winners.try_emplace(header->key, found);
+      if (!inserted && it->second.header.generation < header->generation) std::swap(it->second, found);
+      if (!inserted) losers.push_back(found);
     }
   }
-  // 3. The allocator and the index.
+  // 3. The allocator and the index. An older version of a block (a crash came between the
+  // write that replaced it and the zeroing of its header) would come back once the newer one
+  // is evicted: its slot is retired below, not freed.
   std::unordered_set<uint64_t> occupied;  // file << 48 | offset
   auto slot_id = [](FileSlot slot) { return uint64_t{slot.file} << 48 | slot.offset; };
   for (const auto& [key, found] : winners) occupied.insert(slot_id(found.slot));
+  for (const Found& loser : losers) occupied.insert(slot_id(loser.slot));
   for (const FileSlab& slab : slabs) {
     if (!slots_.RestoreSlab(slab, [&](FileSlot slot) { return occupied.contains(slot_id(slot)); })) {
       return Status::Corruption(who + ": the slab journal of '" + options_.files[slab.file] + "' names a slab at " +
@@ -436,17 +442,22 @@ Status NvmeTier::Recover(uint64_t format_id) {
                                 " bytes) that does not fit the file; set recover: false to discard its blocks");
     }
   }
-  std::lock_guard lock(mutex_);
-  for (const auto& [key, found] : winners) {
-    index_.emplace(key, Entry{.slot = found.slot,
-                              .slot_bytes = found.slot_bytes,
-                              .size = found.header.size,
-                              .checksum = found.header.checksum,
-                              .generation = found.header.generation});
-    used_bytes_ += found.header.size;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [key, found] : winners) {
+      index_.emplace(key, Entry{.slot = found.slot,
+                                .slot_bytes = found.slot_bytes,
+                                .size = found.header.size,
+                                .checksum = found.header.checksum,
+                                .generation = found.header.generation});
+      used_bytes_ += found.header.size;
+    }
   }
   recovered_blocks_ = winners.size();
   next_generation_.store(max_generation + 1, std::memory_order_relaxed);
+  std::vector<Entry> superseded;
+  for (const Found& loser : losers) superseded.push_back({.slot = loser.slot, .slot_bytes = loser.slot_bytes});
+  (void)RetireSlots(superseded);  // one that cannot be zeroed now stays out of use, retried later
   return Status::Ok();
 }
 
@@ -476,23 +487,47 @@ bool NvmeTier::JournalSlab(const FileSlab& slab) {
   return true;
 }
 
-void NvmeTier::RetireSlots(std::span<const Entry> entries) {
-  if (entries.empty()) return;
+Status NvmeTier::RetireSlots(std::span<const Entry> entries) {
+  std::vector<Entry> retiring(entries.begin(), entries.end());
+  {
+    std::lock_guard lock(stale_mutex_);
+    retiring.insert(retiring.end(), stale_.begin(), stale_.end());  // earlier failures: try again
+    stale_.clear();
+  }
+  if (retiring.empty()) return Status::Ok();
   // One zero page serves every request: they only read it.
   AlignedBufferPool::Buffer zeros = io_buffers_.Acquire(kHeaderBytes);
+  std::vector<IoRequest> requests;
+  for (const Entry& e : retiring) {
+    requests.push_back({.file = e.slot.file, .write = true, .buffer = zeros.get(), .length = kHeaderBytes,
+                        .offset = data_offset_ + e.slot.offset, .error = ENOMEM});
+  }
   if (zeros != nullptr) {
     std::memset(zeros.get(), 0, kHeaderBytes);
-    std::vector<IoRequest> requests;
-    requests.reserve(entries.size());
-    for (const Entry& e : entries) {
-      requests.push_back({.file = e.slot.file, .write = true, .buffer = zeros.get(), .length = kHeaderBytes,
-                          .offset = data_offset_ + e.slot.offset});
-    }
-    // A header that could not be zeroed loses to the generation of whatever reuses the slot;
-    // until then a restart could bring its block back, which is the best a failing device allows.
     io_->Run(requests);
   }
-  for (const Entry& e : entries) slots_.Free(e.slot, e.slot_bytes);
+  // A header that could not be zeroed still names its block, which a restart would bring
+  // back: its slot stays out of the free list, and every later retirement tries it again.
+  Status status;
+  std::vector<Entry> still_stale;
+  for (std::size_t k = 0; k < retiring.size(); ++k) {
+    const Entry& e = retiring[k];
+    if (requests[k].error == 0) {
+      slots_.Free(e.slot, e.slot_bytes);
+      continue;
+    }
+    still_stale.push_back(e);
+    if (k >= entries.size()) continue;  // counted when it first failed
+    counters_.evict_failures.fetch_add(1, std::memory_order_relaxed);
+    if (status.ok()) {
+      status = Status::IoError("cannot zero the header of its slot in '" + options_.files[e.slot.file] + "' at offset " +
+                               std::to_string(data_offset_ + e.slot.offset) + " (" + Errno(requests[k].error) +
+                               "); a restart could bring it back until a later eviction zeroes the header");
+    }
+  }
+  std::lock_guard lock(stale_mutex_);
+  stale_.insert(stale_.end(), still_stale.begin(), still_stale.end());
+  return status;
 }
 
 NvmeTier::NvmeTier(NvmeTierOptions options, std::vector<int> fds, bool direct_io, uint64_t file_bytes)
@@ -520,10 +555,11 @@ uint64_t NvmeTier::SlotBytesFor(uint64_t payload_bytes) const {
   return (needed + step - 1) / step * step;
 }
 
-void NvmeTier::DropLocked(std::unordered_map<BlockKey, Entry, BlockKeyHash>::iterator it) {
-  used_bytes_ -= it->second.size;
-  slots_.Free(it->second.slot, it->second.slot_bytes);
+NvmeTier::Entry NvmeTier::EraseLocked(std::unordered_map<BlockKey, Entry, BlockKeyHash>::iterator it) {
+  const Entry entry = it->second;
+  used_bytes_ -= entry.size;
   index_.erase(it);
+  return entry;
 }
 
 Status NvmeTier::Write(const BlockKey& key, std::span<const std::byte> payload) {
@@ -615,7 +651,9 @@ std::vector<Status> NvmeTier::WriteBatch(std::span<const WriteOp> ops) {
     counters_.write_bytes.fetch_add(p.entry.size, std::memory_order_relaxed);
   }
   lock.unlock();
-  RetireSlots(replaced);
+  // The replaced blocks' headers lose to their successors' generations: a failure to zero
+  // one is counted and retried, not this Write's failure.
+  (void)RetireSlots(replaced);
   return results;
 }
 
@@ -692,7 +730,8 @@ std::vector<Result<std::size_t>> NvmeTier::ReadBatch(std::span<const ReadOp> ops
       }
     }
     if (mismatched.empty()) continue;
-    std::lock_guard lock(mutex_);
+    std::vector<Entry> dropped;
+    std::unique_lock lock(mutex_);
     for (const Pending* p : mismatched) {
       const BlockKey& key = ops[p->op].key;
       auto it = index_.find(key);
@@ -700,12 +739,14 @@ std::vector<Result<std::size_t>> NvmeTier::ReadBatch(std::span<const ReadOp> ops
         todo.push_back(p->op);  // replaced or evicted while we read, its slot reused: look again
         continue;
       }
-      DropLocked(it);
+      dropped.push_back(EraseLocked(it));
       counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);
       results[p->op] = Status::Corruption(name() + ": block " + key.ToHex() + " in '" + options_.files[p->entry.slot.file] +
                                           "' at offset " + std::to_string(data_offset_ + p->entry.slot.offset) +
                                           " failed its header or checksum check and was dropped");
     }
+    lock.unlock();
+    (void)RetireSlots(dropped);  // a header left unzeroed is counted and retried
   }
   for (std::size_t i : todo) miss(i);  // kept changing under us: report a miss
   return results;
@@ -724,13 +765,10 @@ Status NvmeTier::Evict(const BlockKey& key) {
     std::lock_guard lock(mutex_);
     auto it = index_.find(key);
     if (it == index_.end()) return Status::NotFound(name() + ": block " + key.ToHex() + " is not here");
-    evicted = it->second;
-    used_bytes_ -= evicted.size;
-    index_.erase(it);
+    evicted = EraseLocked(it);
   }
-  RetireSlots({&evicted, 1});
   counters_.evictions.fetch_add(1, std::memory_order_relaxed);
-  return Status::Ok();
+  return RetireSlots({&evicted, 1}).WithContext(name() + ": block " + key.ToHex() + " is evicted");
 }
 
 TierStats NvmeTier::GetStats() const {
@@ -743,6 +781,14 @@ TierStats NvmeTier::GetStats() const {
   }
   counters_.Fill(s);
   return s;
+}
+
+Result<std::vector<BlockKey>> NvmeTier::ListKeys() const {
+  std::vector<BlockKey> keys;
+  std::lock_guard lock(mutex_);
+  keys.reserve(index_.size());
+  for (const auto& [key, entry] : index_) keys.push_back(key);
+  return keys;
 }
 
 std::optional<NvmeTier::Location> NvmeTier::LocationForTesting(const BlockKey& key) const {

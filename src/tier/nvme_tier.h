@@ -26,7 +26,11 @@
 // (in batches through the I/O engine) and keeps, per key, the valid header with the highest
 // generation; generations continue from the highest seen. Evict and a replacing Write zero
 // the old slot's header before the slot is reused, so an evicted or replaced block cannot
-// come back after a restart. Writes are O_DIRECT without a cache flush: a block acknowledged
+// come back after a restart. A header that cannot be zeroed (a failing device) keeps its
+// slot out of use, and every later eviction tries again; Evict reports it (IoError, counted
+// as evict_failures), as until then a restart would bring the block back. Recovery retires
+// the slots of a block's older versions (left by a crash between a replacing write and the
+// zeroing), which would otherwise come back once the newest version is evicted. Writes are O_DIRECT without a cache flush: a block acknowledged
 // before the process died (kill -9) is recovered; after a power loss, a block whose write
 // the device had not persisted fails its checksum and is never returned. Payload checksums
 // are verified on every read, not during recovery (that would read the whole device).
@@ -39,7 +43,8 @@
 // allocator and the I/O engine lock internally. I/O never runs under `mutex_`: a batch looks
 // up (reads) or allocates (writes) its slots, runs all of its I/O together, then takes
 // `mutex_` once more to publish (writes) or to decide what a failed check means (reads).
-// Lock order: mutex_, then the allocator's mutex (slots are freed under mutex_).
+// Lock order: mutex_, then the allocator's mutex (a failed write frees its slot under mutex_);
+// stale_mutex_ is never held with mutex_.
 // A Write never overwrites a slot the index points to: it fills a new slot and switches the
 // entry after the write completed, then frees the old slot. A Read racing with that free
 // and a reuse of the slot sees a header that does not match its entry; the entry has then
@@ -84,6 +89,7 @@ class NvmeTier final : public Tier {
   std::optional<std::size_t> Size(const BlockKey& key) const override;
   Status Evict(const BlockKey& key) override;
   TierStats GetStats() const override;
+  Result<std::vector<BlockKey>> ListKeys() const override;
   std::vector<Status> WriteBatch(std::span<const WriteOp> ops) override;
   std::vector<Result<std::size_t>> ReadBatch(std::span<const ReadOp> ops) override;
 
@@ -119,15 +125,18 @@ class NvmeTier final : public Tier {
 
   NvmeTier(NvmeTierOptions options, std::vector<int> fds, bool direct_io, uint64_t file_bytes);
   uint64_t SlotBytesFor(uint64_t payload_bytes) const;
-  void DropLocked(std::unordered_map<BlockKey, Entry, BlockKeyHash>::iterator it);
+  // Removes the entry from the index; the caller retires its slot once mutex_ is released.
+  Entry EraseLocked(std::unordered_map<BlockKey, Entry, BlockKeyHash>::iterator it);
   // Formats the files (new format id, empty journals) or rebuilds the index from them.
   Status FormatOrRecover();
   Status Format();
   Status Recover(uint64_t format_id);
   // Appends `slab` to its file's journal (the allocator's SlabListener).
   bool JournalSlab(const FileSlab& slab);
-  // Zeroes the headers of slots about to be freed, then frees them.
-  void RetireSlots(std::span<const Entry> entries);
+  // Zeroes the headers of slots about to be freed, then frees them. A slot whose header
+  // cannot be zeroed is kept out of use (in stale_) and tried again by every later call;
+  // IoError (counted as an evict failure) names the first of `entries` that failed.
+  Status RetireSlots(std::span<const Entry> entries);
   Status WriteFailed(Status status) {
     counters_.write_failures.fetch_add(1, std::memory_order_relaxed);
     return status;
@@ -150,6 +159,9 @@ class NvmeTier final : public Tier {
   mutable std::mutex mutex_;
   std::unordered_map<BlockKey, Entry, BlockKeyHash> index_;  // GUARDED_BY(mutex_)
   uint64_t used_bytes_ = 0;                                  // GUARDED_BY(mutex_)
+
+  std::mutex stale_mutex_;     // never held with mutex_
+  std::vector<Entry> stale_;  // GUARDED_BY(stale_mutex_): freed slots whose header may still name a block
 
   TierCounters counters_;
 };

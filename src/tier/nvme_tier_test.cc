@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -202,6 +203,116 @@ TEST(NvmeTier, FailedWritesLeaveTheOldBlockReadable) {
   EXPECT_EQ(stats.used_bytes, old_block.size());
   // The failed writes' slots went back: the tier still fills to the same count.
   EXPECT_TRUE(tier->Write(Key(2), Payload(20000, 9)).ok());
+}
+
+// Fails every write with EIO and passes reads to `real` (not owned): a device that went
+// read-only, or whose writes time out.
+class ReadOnlyIo final : public BlockIo {
+ public:
+  explicit ReadOnlyIo(BlockIo* real) : real_(real) {}
+  std::string_view name() const override { return real_->name(); }
+  void Run(std::span<IoRequest> requests) override {
+    for (IoRequest& request : requests) {
+      if (request.write) {
+        request.error = EIO;
+      } else {
+        real_->Run({&request, 1});
+      }
+    }
+  }
+
+ private:
+  BlockIo* const real_;
+};
+
+// Issue 18, hole 5: an evicted block whose header could not be zeroed would come back after
+// a restart. The Evict reports it, the tier counts it, and the slot (stale header and all)
+// is not handed to another block until a later eviction zeroes it.
+TEST(NvmeTier, HeaderThatCannotBeZeroedFailsTheEvictAndKeepsItsSlotOutOfUse) {
+  ScratchDir dir;
+  const NvmeTierOptions options{.files = {dir.File("a.slots")}, .capacity_bytes = 4u << 20};
+  std::unique_ptr<NvmeTier> tier = OpenTier(options);
+  ASSERT_NE(tier, nullptr);
+  ASSERT_TRUE(tier->Write(Key(1), Payload(8000, 1)).ok());
+  ASSERT_TRUE(tier->Write(Key(2), Payload(8000, 2)).ok());
+  const uint64_t stale = tier->LocationForTesting(Key(1))->offset;
+
+  std::unique_ptr<BlockIo> real = tier->ReplaceIoForTesting(nullptr);
+  (void)tier->ReplaceIoForTesting(std::make_unique<ReadOnlyIo>(real.get()));
+  const Status evicted = tier->Evict(Key(1));
+  EXPECT_EQ(evicted.code(), StatusCode::kIoError) << evicted.ToString();
+  EXPECT_EQ(tier->Size(Key(1)), std::nullopt);
+  EXPECT_EQ(tier->GetStats().evict_failures, 1u);
+  (void)tier->ReplaceIoForTesting(std::move(real));
+
+  ASSERT_TRUE(tier->Write(Key(3), Payload(8000, 3)).ok());
+  EXPECT_NE(tier->LocationForTesting(Key(3))->offset, stale) << "a slot with a live-looking header was reused";
+  // The next eviction zeroes the stale header too, and the slot serves again.
+  ASSERT_TRUE(tier->Evict(Key(2)).ok());
+  bool reused = false;
+  for (uint64_t n = 4; n < 8 && !reused; ++n) {
+    ASSERT_TRUE(tier->Write(Key(n), Payload(8000, 4)).ok());
+    reused = tier->LocationForTesting(Key(n))->offset == stale;
+  }
+  EXPECT_TRUE(reused);
+  tier.reset();
+  tier = OpenTier(options);
+  ASSERT_NE(tier, nullptr);
+  std::vector<std::byte> out(8000);
+  EXPECT_EQ(tier->Read(Key(1), out).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(tier->Read(Key(2), out).status().code(), StatusCode::kNotFound);
+}
+
+// Fails the writes that zero a slot header (a page of zeros) with EIO, and passes every
+// other request to `real` (not owned).
+class HeaderZeroingFailsIo final : public BlockIo {
+ public:
+  explicit HeaderZeroingFailsIo(BlockIo* real) : real_(real) {}
+  std::string_view name() const override { return real_->name(); }
+  void Run(std::span<IoRequest> requests) override {
+    for (IoRequest& request : requests) {
+      const bool zeroing = request.write && request.length == NvmeTier::kHeaderBytes &&
+                           std::all_of(request.buffer, request.buffer + request.length,
+                                       [](std::byte b) { return b == std::byte{0}; });
+      if (zeroing) {
+        request.error = EIO;
+      } else {
+        real_->Run({&request, 1});
+      }
+    }
+  }
+
+ private:
+  BlockIo* const real_;
+};
+
+// A replaced block whose old header could not be zeroed before the process died is not
+// brought back at the next restart once its successor is evicted.
+TEST(NvmeTier, OlderVersionLeftOnDiskByACrashNeverComesBack) {
+  ScratchDir dir;
+  const NvmeTierOptions options{.files = {dir.File("a.slots")}, .capacity_bytes = 4u << 20};
+  {
+    std::unique_ptr<NvmeTier> tier = OpenTier(options);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_TRUE(tier->Write(Key(1), Payload(8000, 1)).ok());
+    std::unique_ptr<BlockIo> real = tier->ReplaceIoForTesting(nullptr);
+    (void)tier->ReplaceIoForTesting(std::make_unique<HeaderZeroingFailsIo>(real.get()));
+    ASSERT_TRUE(tier->Write(Key(1), Payload(8000, 2)).ok());
+    EXPECT_EQ(tier->GetStats().evict_failures, 1u);
+    (void)tier->ReplaceIoForTesting(std::move(real));
+  }  // the process dies with the old header on disk
+  std::vector<std::byte> out(8000);
+  {
+    std::unique_ptr<NvmeTier> tier = OpenTier(options);
+    ASSERT_NE(tier, nullptr);
+    ASSERT_TRUE(tier->Read(Key(1), out).ok());
+    EXPECT_EQ(out, Payload(8000, 2));
+    ASSERT_TRUE(tier->Evict(Key(1)).ok());
+  }
+  std::unique_ptr<NvmeTier> tier = OpenTier(options);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->Read(Key(1), out).status().code(), StatusCode::kNotFound) << "the replaced version came back";
+  EXPECT_EQ(tier->recovered_blocks(), 0u);
 }
 
 // Runs `hook` once, before the first read batch reaches the real engine: lets a test change

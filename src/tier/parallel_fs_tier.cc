@@ -137,6 +137,7 @@ class ParallelFsTier final : public Tier {
   std::optional<std::size_t> Size(const BlockKey& key) const override;
   Status Evict(const BlockKey& key) override;
   TierStats GetStats() const override;
+  Result<std::vector<BlockKey>> ListKeys() const override;
 
  private:
   static constexpr std::size_t kKeyLocks = 64;
@@ -390,6 +391,14 @@ TierStats ParallelFsTier::GetStats() const {
   return stats;
 }
 
+Result<std::vector<BlockKey>> ParallelFsTier::ListKeys() const {
+  std::vector<BlockKey> keys;
+  std::lock_guard lock(mu_);
+  keys.reserve(sizes_.size());
+  for (const auto& [key, size] : sizes_) keys.push_back(key);
+  return keys;
+}
+
 Status ParallelFsTier::Open() {
   KVTIER_RETURN_IF_ERROR(ScanDirectory(options_.directory, 0));
   // Fail now, not at the first Write, on a read-only or full filesystem.
@@ -421,11 +430,16 @@ Status ParallelFsTier::ScanDirectory(const std::string& dir, int level) {
   return Status::Ok();
 }
 
-// Counts a block file found at startup, or removes it when its header shows it damaged.
-// Files that are not ours (other names, or a key in the wrong shard) are left alone.
+// Counts a block file found at startup, or removes it when its header shows it damaged or
+// recover is off. Files that are not ours (other names, or a key in the wrong shard) are left
+// alone.
 void ParallelFsTier::AdmitScanned(const std::string& path, std::string_view file_name) {
   const Result<BlockKey> key = BlockKey::FromHex(file_name.substr(0, file_name.size() - kBlockSuffix.size()));
   if (!key.ok() || BlockPath(key->ToHex()) != path) return;
+  if (!options_.recover) {
+    ::unlink(path.c_str());
+    return;
+  }
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   struct stat info {};
   if (!fd.valid() || ::fstat(fd.get(), &info) != 0) return;

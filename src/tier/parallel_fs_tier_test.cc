@@ -230,6 +230,29 @@ TEST_F(ParallelFsTierTest, RestartSeesBlocksAndUsageAndRemovesStaleTemporaries) 
   ASSERT_TRUE(tier->Write({4, 4}, Payload(2000, 4)).ok());
 }
 
+// Issue 18, hole 4: with recover off the tier starts empty, deleting the blocks an earlier
+// run left (nothing would index or evict them), and leaves other files alone.
+TEST_F(ParallelFsTierTest, RecoverOffDeletesTheBlocksOfAnEarlierRun) {
+  {
+    auto tier = Open({.capacity_bytes = 5000});
+    ASSERT_TRUE(tier->Write({1, 1}, Payload(1000, 1)).ok());
+    ASSERT_TRUE(tier->Write({2, 2}, Payload(2000, 2)).ok());
+  }
+  const fs::path stranger = BlockPath({1, 1}).parent_path() / "notes.txt";
+  WriteFile(stranger, {'h', 'i'});
+  auto tier = Open({.capacity_bytes = 5000, .recover = false});
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->GetStats().blocks, 0u);
+  EXPECT_EQ(tier->GetStats().used_bytes, 0u);
+  EXPECT_FALSE(fs::exists(BlockPath({1, 1})));
+  EXPECT_FALSE(fs::exists(BlockPath({2, 2})));
+  EXPECT_TRUE(fs::exists(stranger));
+  ASSERT_TRUE(tier->Write({3, 3}, Payload(5000, 3)).ok());  // the whole capacity is free
+  Result<std::vector<BlockKey>> keys = tier->ListKeys();
+  ASSERT_TRUE(keys.ok()) << keys.status().ToString();
+  EXPECT_EQ(*keys, (std::vector<BlockKey>{BlockKey{3, 3}}));
+}
+
 TEST_F(ParallelFsTierTest, EveryFsyncPolicyAndShardDepthRoundTrips) {
   for (const FsyncPolicy policy : {FsyncPolicy::kNever, FsyncPolicy::kFile, FsyncPolicy::kFileAndDir}) {
     for (const int levels : {0, 1, 2, 4}) {

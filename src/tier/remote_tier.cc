@@ -413,12 +413,14 @@ std::vector<Result<std::size_t>> RemoteTier::ReadBatch(std::span<const ReadOp> o
     }
     if (header.ok()) {
       const auto payload = std::span(reinterpret_cast<const std::byte*>(value.data() + kHeaderBytes), header->size);
-      if (CopyWithChecksum(op.out, payload) == header->checksum) {
+      const std::span<std::byte> copied = op.out.first(payload.size());
+      if (CopyWithChecksum(copied, payload) == header->checksum) {
         counters_.reads.fetch_add(1, std::memory_order_relaxed);
         counters_.read_bytes.fetch_add(header->size, std::memory_order_relaxed);
         results[i] = static_cast<std::size_t>(header->size);
         return;
       }
+      std::fill(copied.begin(), copied.end(), std::byte{0});  // hand back none of the bytes that failed
       header = Status::Corruption("the payload fails its checksum");
     }
     counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);
@@ -429,20 +431,24 @@ std::vector<Result<std::size_t>> RemoteTier::ReadBatch(std::span<const ReadOp> o
   Run(batch);
   for (std::size_t i = 0; i < ops.size(); ++i) {
     if (results[i].status().code() != StatusCode::kCorruption) continue;
-    DeleteIfUnchanged(batch.keys[i], corrupt_values[i]);
-    Forget(ops[i].key);
+    // A block written meanwhile is kept, and so is its accounting.
+    if (DeleteIfUnchanged(batch.keys[i], corrupt_values[i])) Forget(ops[i].key);
   }
   return results;
 }
 
-void RemoteTier::DeleteIfUnchanged(const std::string& redis_key, std::string_view value) const {
+bool RemoteTier::DeleteIfUnchanged(const std::string& redis_key, std::string_view value) const {
+  bool deleted = false;
   CommandBatch batch;
   batch.keys.push_back(redis_key);
   batch.build = [&](std::size_t, RedisArgs& args, std::string&) {
     args.Add("EVAL").Add(kDeleteIfUnchangedScript).Add("1").Add(redis_key).Add(value);
   };
-  batch.finish = [](std::size_t, Result<RedisReply>) {};  // best effort: the next Read checks again
+  batch.finish = [&](std::size_t, Result<RedisReply> reply) {  // best effort: the next Read checks again
+    deleted = reply.ok() && (*reply)->type == REDIS_REPLY_INTEGER && (*reply)->integer > 0;
+  };
   Run(batch);
+  return deleted;
 }
 
 std::optional<std::size_t> RemoteTier::Size(const BlockKey& key) const {

@@ -98,8 +98,9 @@ class RemoteTier final : public Tier {
 
   void Run(CommandBatch& batch) const;
   void RunChunk(Chunk& chunk, CommandBatch& batch) const;
-  // Deletes the value under `redis_key` if it still equals `value` (a corrupt block).
-  void DeleteIfUnchanged(const std::string& redis_key, std::string_view value) const;
+  // Deletes the value under `redis_key` if it still equals `value` (a corrupt block); true
+  // when it did.
+  bool DeleteIfUnchanged(const std::string& redis_key, std::string_view value) const;
   Status NodeUnavailable(Status status) const;
 
   Shard& ShardFor(const BlockKey& key) const { return shards_[BlockKeyHash{}(key) % kShards]; }

@@ -327,6 +327,8 @@ class RemoteTierDamage : public ::testing::Test {
   void ExpectCorruptionThenGone() {
     std::vector<std::byte> out(payload_.size());
     EXPECT_EQ(tier_->Read(Key(5), out).status().code(), StatusCode::kCorruption);
+    // Issue 18, hole 8: none of the bytes that failed the check are handed back.
+    EXPECT_TRUE(std::ranges::all_of(out, [](std::byte b) { return b == std::byte{0}; }));
     EXPECT_EQ(tier_->GetStats().checksum_failures, 1u);
     EXPECT_EQ(tier_->GetStats().blocks, 0u);
     Result<RedisReply> exists = servers_->Command(0, {"EXISTS", tier_->RedisKey(Key(5))});

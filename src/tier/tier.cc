@@ -16,6 +16,10 @@ std::string_view TierKindName(TierKind kind) {
   return "unknown";
 }
 
+Result<std::vector<BlockKey>> Tier::ListKeys() const {
+  return Status::Unsupported(name() + ": a " + std::string(TierKindName(kind())) + " tier does not list its blocks");
+}
+
 std::vector<Status> Tier::WriteBatch(std::span<const WriteOp> ops) {
   std::vector<Status> out;
   out.reserve(ops.size());

@@ -89,7 +89,7 @@ Result<TierOptions> ParseTier(const YamlMap& t, const std::string& kind, const s
     return TierOptions(o);
   }
   if (kind == "parallel_fs") {
-    KVTIER_RETURN_IF_ERROR(t.CheckKeys({"kind", "name", "capacity", "directory", "shard_levels", "fsync"}));
+    KVTIER_RETURN_IF_ERROR(t.CheckKeys({"kind", "name", "capacity", "directory", "shard_levels", "fsync", "recover"}));
     ParallelFsTierOptions o;
     if (t.Has("name")) {
       KVTIER_ASSIGN_OR_RETURN(o.name, t.String("name"));
@@ -113,6 +113,9 @@ Result<TierOptions> ParseTier(const YamlMap& t, const std::string& kind, const s
       } else {
         return Status::InvalidArgument(t.where() + ": fsync must be never, file or file_and_dir, got '" + policy + "'");
       }
+    }
+    if (t.Has("recover")) {
+      KVTIER_ASSIGN_OR_RETURN(o.recover, t.Bool("recover"));
     }
     return TierOptions(o);
   }

@@ -69,7 +69,8 @@ TEST(TierConfig, GpuAndRemoteTiers) {
       "  - kind: remote_pool\n    topology: hash_ring\n    endpoints: [10.0.0.1:6379, 10.0.0.2:6379]\n"
       "    connections_per_node: 8\n    timeout_ms: 250\n    ttl_seconds: 3600\n    key_prefix: \"kv:\"\n"
       "    username: kvtier\n    password: s3cret\n"
-      "  - kind: nvme\n    files: [a]\n    capacity: 1GiB\n    recover: false\n",
+      "  - kind: nvme\n    files: [a]\n    capacity: 1GiB\n    recover: false\n"
+      "  - kind: parallel_fs\n    directory: p\n    recover: false\n",
       "t.yaml");
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   const auto& gpu = std::get<GpuHbmTierOptions>(config->tiers[0]);
@@ -87,6 +88,7 @@ TEST(TierConfig, GpuAndRemoteTiers) {
   EXPECT_EQ(remote.username, "kvtier");
   EXPECT_EQ(remote.password, "s3cret");
   EXPECT_FALSE(std::get<NvmeTierOptions>(config->tiers[2]).recover);
+  EXPECT_FALSE(std::get<ParallelFsTierOptions>(config->tiers[3]).recover);
 }
 
 TEST(TierConfig, DefaultIsDramThenNvmeUnderTheDataDir) {

@@ -13,6 +13,7 @@ namespace kvtier {
 struct TierCounters {
   std::atomic<uint64_t> writes{0}, write_bytes{0}, write_failures{0};
   std::atomic<uint64_t> reads{0}, read_bytes{0}, read_misses{0}, checksum_failures{0}, evictions{0};
+  std::atomic<uint64_t> evict_failures{0};
 
   // Copies the counters into `stats`; capacity, used bytes and blocks are the tier's own.
   void Fill(TierStats& stats) const {
@@ -25,6 +26,7 @@ struct TierCounters {
     stats.read_misses = read_misses.load(kRelaxed);
     stats.checksum_failures = checksum_failures.load(kRelaxed);
     stats.evictions = evictions.load(kRelaxed);
+    stats.evict_failures = evict_failures.load(kRelaxed);
   }
 };
 
