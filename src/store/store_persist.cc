@@ -216,7 +216,12 @@ Status TieredStore::Impl::Recover() {
     if (!(durable & (1u << t))) continue;
     std::vector<bool> in_t(live.records.size());
     for (std::size_t i = 0; i < live.records.size(); ++i) in_t[i] = (listed[i] & (1u << t)) != 0;
-    const std::vector<bool> found = FindIntact(*tier_state(t).tier, live.records, order, in_t, po.verify_checksums);
+    // A remote pool is taken at its journal's word: reading it back at open would make a start
+    // wait on a pool that is slow or down (timeouts per batch). Its reads verify checksums,
+    // and a copy it lost is forgotten when read (a vanished copy), so trusting costs a miss.
+    const std::vector<bool> found = tier_state(t).stats.kind == TierKind::kRemotePool
+                                        ? in_t
+                                        : FindIntact(*tier_state(t).tier, live.records, order, in_t, po.verify_checksums);
     for (std::size_t i = 0; i < live.records.size(); ++i) {
       if (found[i]) intact[i] |= static_cast<TierMask>(1u << t);
     }
@@ -233,10 +238,13 @@ Status TieredStore::Impl::Recover() {
   for (std::size_t i = 0; i < live.records.size(); ++i) {
     for (int t = 0; t <= last_tier(); ++t) {
       if (!((listed[i] & ~intact[i]) & (1u << t))) continue;
-      const Status evicted = tier_state(t).tier->Evict(live.records[i].key);
-      if (evicted.ok() || evicted.code() == StatusCode::kNotFound) continue;
-      std::lock_guard lock(mu_);  // retried later, as any refused eviction (EvictFrom)
-      ++stats.eviction_failures;
+      // A remote pool's copies are evicted after the start, with the refused evictions
+      // (EvictFrom): a pool that is down must not hold the start up.
+      if (tier_state(t).stats.kind != TierKind::kRemotePool) {
+        const Status evicted = tier_state(t).tier->Evict(live.records[i].key);
+        if (evicted.ok() || evicted.code() == StatusCode::kNotFound) continue;
+      }
+      std::lock_guard lock(mu_);
       pending_evictions[live.records[i].key] |= static_cast<TierMask>(1u << t);
     }
   }
