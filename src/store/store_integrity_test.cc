@@ -2,6 +2,7 @@
 // serve, acknowledge a block it did not persist, leak a value it stopped listing, keep two
 // different copies of one block, or grow its journal without end (issue 18's holes 2, 3, 5,
 // 6 and 9; each test here failed before its fix).
+#include <atomic>
 #include <filesystem>
 #include <thread>
 
@@ -273,8 +274,13 @@ TEST_F(StoreIntegrity, APutAfterADropIsNotUndoneByTheDropsEviction) {
   const BlockKey x = Key(200, 0);
   std::thread racing_put;
   Status racing_status = Status::Ok();
+  std::atomic<int> later_evictions{0};  // of the new copy, by the store's own choice
   lower->BeforeEvict([&](const BlockKey& key) {
-    if (key != x || racing_put.joinable()) return Status::Ok();
+    if (key != x) return Status::Ok();
+    if (racing_put.joinable()) {
+      ++later_evictions;
+      return Status::Ok();
+    }
     racing_put = std::thread([&] { racing_status = PutChain(*store, 200, 1).status(); });
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the Put meets the eviction
     return Status::Ok();
@@ -285,11 +291,16 @@ TEST_F(StoreIntegrity, APutAfterADropIsNotUndoneByTheDropsEviction) {
   }
   ASSERT_TRUE(racing_put.joinable()) << "x was never dropped";
   racing_put.join();
+  store->Drain();
   lower->BeforeEvict({});
   ASSERT_TRUE(racing_status.ok()) << racing_status.ToString();
-  EXPECT_TRUE(lower->Size(x).has_value()) << "the drop's eviction deleted the new copy";
-  EXPECT_EQ(store->Lookup({&x, 1}).prefix_blocks, 1u);
-  EXPECT_EQ(GetChain(*store, 200, 1), 1u);
+  // The re-put copy is the newest in a full tier, but a mover may still choose it (the policy
+  // is not LRU); only when nothing evicted it since is its absence the bug.
+  if (later_evictions == 0) {
+    EXPECT_TRUE(lower->Size(x).has_value()) << "the drop's eviction deleted the new copy";
+    EXPECT_EQ(store->Lookup({&x, 1}).prefix_blocks, 1u);
+  }
+  EXPECT_EQ(GetChain(*store, 200, 1), store->Lookup({&x, 1}).prefix_blocks) << "the index lists a copy no tier has";
 }
 
 // A write into the persist tier is journaled before it is made; one that fails withdraws
