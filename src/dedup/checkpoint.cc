@@ -35,7 +35,7 @@ class ChecksummedWriter {
     XXH3_64bits_update(state_.get(), bytes.data(), bytes.size());
     if (buffer_.size() + bytes.size() > kBufferBytes) {
       KVTIER_RETURN_IF_ERROR(Flush());
-      if (bytes.size() >= kBufferBytes) return WriteAll(bytes);
+      if (bytes.size() >= kBufferBytes) return WriteFully(fd_, bytes, path_);
     }
     buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
     return Status::Ok();
@@ -57,18 +57,8 @@ class ChecksummedWriter {
   };
 
   Status Flush() {
-    KVTIER_RETURN_IF_ERROR(WriteAll(buffer_));
+    KVTIER_RETURN_IF_ERROR(WriteFully(fd_, buffer_, path_));
     buffer_.clear();
-    return Status::Ok();
-  }
-
-  Status WriteAll(std::span<const std::byte> bytes) {
-    while (!bytes.empty()) {
-      const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return ErrnoStatus(path_, "write", errno);
-      bytes = bytes.subspan(static_cast<std::size_t>(n));
-    }
     return Status::Ok();
   }
 

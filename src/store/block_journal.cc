@@ -64,28 +64,10 @@ std::optional<JournalRecord> Decode(std::span<const std::byte> in) {
   return r;
 }
 
-Status PwriteAll(int fd, const std::string& path, std::span<const std::byte> bytes, uint64_t offset) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(path, "write", errno);
-    bytes = bytes.subspan(static_cast<std::size_t>(n));
-    offset += static_cast<uint64_t>(n);
-  }
-  return Status::Ok();
-}
-
 // Reads [begin, end) of the file, or less at its end.
 Result<std::vector<std::byte>> PreadRange(int fd, const std::string& path, uint64_t begin, uint64_t end) {
   std::vector<std::byte> bytes(static_cast<std::size_t>(end - begin));
-  std::size_t got = 0;
-  while (got < bytes.size()) {
-    const ssize_t n = ::pread(fd, bytes.data() + got, bytes.size() - got, static_cast<off_t>(begin + got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(path, "read", errno);
-    if (n == 0) break;
-    got += static_cast<std::size_t>(n);
-  }
+  KVTIER_ASSIGN_OR_RETURN(const std::size_t got, PreadFully(fd, bytes, begin, path));
   bytes.resize(got);
   return bytes;
 }
@@ -157,7 +139,7 @@ Result<ScopedFd> StartReplacement(const std::string& path, std::span<const std::
   std::copy(kMagic.begin(), kMagic.end(), bytes.begin());
   PutU32(bytes.data() + 8, BlockJournal::kVersion);
   bytes.insert(bytes.end(), body.begin(), body.end());
-  KVTIER_RETURN_IF_ERROR(PwriteAll(fd.get(), temp, bytes, 0));
+  KVTIER_RETURN_IF_ERROR(WriteFully(fd.get(), bytes, temp, 0));
   return fd;
 }
 
@@ -201,7 +183,7 @@ Status BlockJournal::Compact() {
                                                          : Result<std::vector<std::byte>>(replacement.status());
   Status s = tail.status();
   const uint64_t new_end = kHeaderBytes + live.size() + (tail.ok() ? tail->size() : 0);
-  if (s.ok()) s = PwriteAll(replacement->get(), path_ + ".tmp", *tail, kHeaderBytes + live.size());
+  if (s.ok()) s = WriteFully(replacement->get(), *tail, path_ + ".tmp", kHeaderBytes + live.size());
   if (s.ok()) s = FinishReplacement(*replacement, path_);
   if (!s.ok()) {
     std::error_code ignored;
@@ -238,7 +220,7 @@ Status BlockJournal::Append(std::span<const JournalRecord> records, bool durable
   {
     std::lock_guard lock(mu_);
     KVTIER_RETURN_IF_ERROR(broken_);
-    const Status written = PwriteAll(fd_->get(), path_, bytes, end_);
+    const Status written = WriteFully(fd_->get(), bytes, path_, end_);
     if (!written.ok()) {
       // A partial record left here would hide every later one from Read: cut it off.
       if (::ftruncate(fd_->get(), static_cast<off_t>(end_)) != 0) {

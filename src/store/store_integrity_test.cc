@@ -62,6 +62,44 @@ std::unique_ptr<Tier> Dram(const std::string& name, uint64_t capacity) {
   return std::move(*tier);
 }
 
+// A Put of one chain started from inside a FaultyTier hook, the first time the hook sees the
+// chain's key: the hook then holds the store's operation on that key (a demotion, an
+// eviction) for 200 ms, so that the Put meets it. Later calls for the key are counted.
+class RacingPut {
+ public:
+  RacingPut(TieredStore& store, uint64_t chain) : store_(store), chain_(chain) {}
+  ~RacingPut() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // For a hook: whether this call started the Put.
+  bool Meet(const BlockKey& key) {
+    if (key != Key(chain_, 0)) return false;
+    if (started_) {
+      ++later_calls_;
+      return false;
+    }
+    thread_ = std::thread([this] { status_ = PutChain(store_, chain_, 1).status(); });
+    started_ = true;  // after thread_ is set: Finish joins it
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return true;
+  }
+  bool started() const { return started_; }
+  Status Finish() {
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+  int later_calls() const { return later_calls_; }
+
+ private:
+  TieredStore& store_;
+  const uint64_t chain_;
+  std::thread thread_;
+  Status status_ = Status::Ok();
+  std::atomic<bool> started_{false};  // read by the test's thread, set by a hook's
+  std::atomic<int> later_calls_{0};
+};
+
 class StoreIntegrity : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -141,19 +179,15 @@ TEST_F(StoreIntegrity, APutRacingAMoverPersistsItsBlock) {
   ASSERT_FALSE(lower->Size(x).has_value()) << "x should have left the persist tier";
   ASSERT_EQ(store->Lookup({&x, 1}).tier, std::vector<int>{0});
 
-  std::thread racing_put;
-  Status racing_status = Status::Ok();
+  RacingPut racing(*store, 100);
   lower->BeforeWrite([&](const BlockKey& key) {
-    if (key != x || racing_put.joinable()) return Status::Ok();
-    racing_put = std::thread([&] { racing_status = PutChain(*store, 100, 1).status(); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the Put meets the mover
-    return Status::IoError("injected: the demotion of x fails");
+    return racing.Meet(key) ? Status::IoError("injected: the demotion of x fails") : Status::Ok();
   });
-  for (uint64_t more = 0; more < 64 && !racing_put.joinable(); ++more) {
+  for (uint64_t more = 0; more < 64 && !racing.started(); ++more) {
     ASSERT_TRUE(PutChain(*store, 1000 + more, 1).ok());  // x goes cold: DRAM demotes it
   }
-  ASSERT_TRUE(racing_put.joinable()) << "x was never demoted";
-  racing_put.join();
+  ASSERT_TRUE(racing.started()) << "x was never demoted";
+  const Status racing_status = racing.Finish();
   lower->BeforeWrite({});
   ASSERT_TRUE(racing_status.ok()) << racing_status.ToString();
   EXPECT_TRUE(lower->Size(x).has_value()) << "an acknowledged write-through block is not in the persist tier";
@@ -272,31 +306,23 @@ TEST_F(StoreIntegrity, APutAfterADropIsNotUndoneByTheDropsEviction) {
   auto store = Open(Dram("fast", 2u << 20), Nvme(2u << 20), WriteThrough());
   ASSERT_NE(store, nullptr);
   const BlockKey x = Key(200, 0);
-  std::thread racing_put;
-  Status racing_status = Status::Ok();
-  std::atomic<int> later_evictions{0};  // of the new copy, by the store's own choice
+  RacingPut racing(*store, 200);
   lower->BeforeEvict([&](const BlockKey& key) {
-    if (key != x) return Status::Ok();
-    if (racing_put.joinable()) {
-      ++later_evictions;
-      return Status::Ok();
-    }
-    racing_put = std::thread([&] { racing_status = PutChain(*store, 200, 1).status(); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the Put meets the eviction
+    (void)racing.Meet(key);
     return Status::Ok();
   });
   ASSERT_TRUE(PutChain(*store, 200, 1).ok());
-  for (uint64_t chain = 0; chain < 64 && !racing_put.joinable(); ++chain) {
+  for (uint64_t chain = 0; chain < 64 && !racing.started(); ++chain) {
     ASSERT_TRUE(PutChain(*store, chain, 1).ok());  // x leaves DRAM, then the persist tier
   }
-  ASSERT_TRUE(racing_put.joinable()) << "x was never dropped";
-  racing_put.join();
+  ASSERT_TRUE(racing.started()) << "x was never dropped";
+  const Status racing_status = racing.Finish();
   store->Drain();
   lower->BeforeEvict({});
   ASSERT_TRUE(racing_status.ok()) << racing_status.ToString();
   // The re-put copy is the newest in a full tier, but a mover may still choose it (the policy
   // is not LRU); only when nothing evicted it since is its absence the bug.
-  if (later_evictions == 0) {
+  if (racing.later_calls() == 0) {
     EXPECT_TRUE(lower->Size(x).has_value()) << "the drop's eviction deleted the new copy";
     EXPECT_EQ(store->Lookup({&x, 1}).prefix_blocks, 1u);
   }

@@ -90,29 +90,6 @@ Status FsError(const std::string& path, std::string_view what, int error) {
   return Status::IoError(path + ": " + std::string(what) + " failed: " + reason);
 }
 
-Status WriteAll(int fd, std::span<const std::byte> bytes, const std::string& path) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return FsError(path, "write", errno);
-    bytes = bytes.subspan(static_cast<std::size_t>(n));
-  }
-  return Status::Ok();
-}
-
-// Reads until `out` is full or the file ends; returns the bytes read.
-Result<std::size_t> PreadAll(int fd, std::span<std::byte> out, uint64_t offset, const std::string& path) {
-  std::size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return FsError(path, "read", errno);
-    if (n == 0) break;
-    done += static_cast<std::size_t>(n);
-  }
-  return done;
-}
-
 bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
@@ -203,8 +180,8 @@ Status ParallelFsTier::WriteTemp(const std::string& hex, const std::string& temp
   }
   if (!fd.valid()) return FsError(temp, "open", errno);
   const Header header = EncodeHeader(payload.size(), PayloadChecksum(payload));
-  Status status = WriteAll(fd.get(), header, temp);
-  if (status.ok()) status = WriteAll(fd.get(), payload, temp);
+  Status status = WriteFully(fd.get(), header, temp, std::nullopt, FsError);
+  if (status.ok()) status = WriteFully(fd.get(), payload, temp, std::nullopt, FsError);
   if (status.ok() && options_.fsync != FsyncPolicy::kNever && ::fsync(fd.get()) != 0) {
     status = FsError(temp, "fsync", errno);
   }
@@ -304,7 +281,7 @@ Result<std::size_t> ParallelFsTier::Read(const BlockKey& key, std::span<std::byt
   struct stat opened {};
   if (::fstat(fd.get(), &opened) != 0) return FsError(path, "fstat", errno);
   Header header{};
-  KVTIER_ASSIGN_OR_RETURN(const std::size_t header_bytes, PreadAll(fd.get(), header, 0, path));
+  KVTIER_ASSIGN_OR_RETURN(const std::size_t header_bytes, PreadFully(fd.get(), header, 0, path, FsError));
   Result<DecodedHeader> decoded =
       DecodeHeader(std::span(header).first(header_bytes), static_cast<uint64_t>(opened.st_size));
   if (!decoded.ok()) return DropCorrupt(key, path, opened, decoded.status());
@@ -313,7 +290,7 @@ Result<std::size_t> ParallelFsTier::Read(const BlockKey& key, std::span<std::byt
                                    " bytes, the buffer only " + std::to_string(out.size()));
   }
   const std::span<std::byte> payload = out.first(static_cast<std::size_t>(decoded->length));
-  KVTIER_ASSIGN_OR_RETURN(const std::size_t payload_bytes, PreadAll(fd.get(), payload, kHeaderBytes, path));
+  KVTIER_ASSIGN_OR_RETURN(const std::size_t payload_bytes, PreadFully(fd.get(), payload, kHeaderBytes, path, FsError));
   Status bad;
   if (payload_bytes != payload.size()) {
     bad = Status::Corruption("file shrank while read: " + std::to_string(payload_bytes) + " payload bytes");
@@ -444,7 +421,7 @@ void ParallelFsTier::AdmitScanned(const std::string& path, std::string_view file
   struct stat info {};
   if (!fd.valid() || ::fstat(fd.get(), &info) != 0) return;
   Header header{};
-  const Result<std::size_t> got = PreadAll(fd.get(), header, 0, path);
+  const Result<std::size_t> got = PreadFully(fd.get(), header, 0, path, FsError);
   if (!got.ok()) return;
   const Result<DecodedHeader> decoded = DecodeHeader(std::span(header).first(*got), static_cast<uint64_t>(info.st_size));
   if (!decoded.ok()) {

@@ -1,11 +1,16 @@
-// Small POSIX helpers shared by the code that writes files (checkpoints, the filesystem
-// tier): an owned file descriptor, a Status for a failed system call that names the path and
-// the OS's reason, and a directory fsync (what makes a rename durable).
+// Small POSIX helpers shared by the code that writes files (checkpoints, the block journal,
+// the filesystem tier): an owned file descriptor, a Status for a failed system call that names
+// the path and the OS's reason, whole-buffer reads and writes, and a directory fsync (what
+// makes a rename durable).
 //
 // Thread-safety: ScopedFd is a value owned by one thread at a time.
 #pragma once
 
 #include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -23,6 +28,39 @@ namespace kvtier {
 inline Status ErrnoStatus(const std::string& path, std::string_view what, int error) {
   std::string message = path + ": " + std::string(what) + " failed: " + std::generic_category().message(error);
   return error == ENOENT ? Status::NotFound(std::move(message)) : Status::IoError(std::move(message));
+}
+
+// How a caller names a failed call: ErrnoStatus, or its own mapping (the filesystem tier
+// reports a full disk as ResourceExhausted, the tier interface's "full").
+using ErrnoToStatus = Status (*)(const std::string& path, std::string_view what, int error);
+
+// Writes all of `bytes`, at `offset` (pwrite) or at the file position, through short writes
+// and EINTR.
+inline Status WriteFully(int fd, std::span<const std::byte> bytes, const std::string& path,
+                         std::optional<uint64_t> offset = std::nullopt, ErrnoToStatus to_status = ErrnoStatus) {
+  while (!bytes.empty()) {
+    const ssize_t n = offset ? ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(*offset))
+                             : ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return to_status(path, "write", errno);
+    bytes = bytes.subspan(static_cast<std::size_t>(n));
+    if (offset) *offset += static_cast<uint64_t>(n);
+  }
+  return Status::Ok();
+}
+
+// Reads from `offset` until `out` is full or the file ends: the bytes read.
+inline Result<std::size_t> PreadFully(int fd, std::span<std::byte> out, uint64_t offset, const std::string& path,
+                                      ErrnoToStatus to_status = ErrnoStatus) {
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return to_status(path, "read", errno);
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  return done;
 }
 
 class ScopedFd {
