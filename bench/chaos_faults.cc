@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -100,6 +101,12 @@ protocol::Put RandomPut(std::mt19937_64& rng) {
 }  // namespace
 
 Result<std::unique_ptr<TmpfsMount>> TmpfsMount::Mount(const std::string& dir, uint64_t bytes) {
+  // In a mount namespace of the calling thread's own, which the daemons it starts inherit: the
+  // tmpfs then goes when the run and its daemons end, however they end (a run killed from
+  // outside used to leave it mounted).
+  if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    return Status::PermissionDenied("cannot make a private mount namespace for a tmpfs on " + dir + ": " + Errno());
+  }
   const std::string options = "size=" + std::to_string(bytes);
   if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, options.c_str()) != 0) {
     return Status::PermissionDenied("cannot mount a tmpfs on " + dir + ": " + Errno());

@@ -16,7 +16,9 @@
 namespace kvtier::bench::chaos {
 
 // A tmpfs of `bytes` mounted on `dir` (needs CAP_SYS_ADMIN), unmounted (lazily, so that a
-// daemon still holding files cannot keep it) when this goes.
+// daemon still holding files cannot keep it) when this goes. Mount moves the calling thread
+// into a mount namespace of its own: only it, and the processes it starts afterwards, see the
+// tmpfs, and the kernel unmounts it when the last of them exits.
 class TmpfsMount {
  public:
   static Result<std::unique_ptr<TmpfsMount>> Mount(const std::string& dir, uint64_t bytes);
