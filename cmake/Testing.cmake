@@ -3,13 +3,17 @@
 #                processes (reading fixtures is allowed);
 #   io           files, sockets, devices or child processes (crash tests, daemons, Redis);
 #   concurrency  threads, the library's own included (a store's movers, a tier's async API,
-#                a task pool).
+#                a task pool);
+#   cluster      several daemons and a Redis Cluster, each in a network namespace of its own
+#                (tools/cluster; needs root, skipped without it).
 # KVTIER_TEST_LABELS says which labels are built and registered with ctest. The TSan preset
 # builds only io and concurrency: ThreadSanitizer finds nothing in single-threaded code, and a
 # preset should build only what it runs. ctest -L selects among those that are built.
-set(KVTIER_ALL_TEST_LABELS pure io concurrency)
+set(KVTIER_ALL_TEST_LABELS pure io concurrency cluster)
+# The labels with a unit-test executable each (src/CMakeLists.txt); cluster tests are scripts.
+set(KVTIER_UNIT_TEST_LABELS pure io concurrency)
 set(KVTIER_TEST_LABELS "${KVTIER_ALL_TEST_LABELS}" CACHE STRING
-    "Labels of the tests to build and register: any of pure, io, concurrency")
+    "Labels of the tests to build and register: any of pure, io, concurrency, cluster")
 foreach(_kvtier_label IN LISTS KVTIER_TEST_LABELS)
   if(NOT _kvtier_label IN_LIST KVTIER_ALL_TEST_LABELS)
     message(FATAL_ERROR "KVTIER_TEST_LABELS: unknown label '${_kvtier_label}' (labels: ${KVTIER_ALL_TEST_LABELS})")
