@@ -184,6 +184,11 @@ struct StoreStats {
   // (unless the block is written to that tier again meanwhile); `pending_evictions` wait now.
   uint64_t eviction_failures = 0;
   uint64_t pending_evictions = 0;
+  // A shared tier (Tier::shared, docs/cluster.md): blocks lookups found there by their cards
+  // and indexed (blocks other nodes put, or this node before a restart), and writes of a
+  // block or its card there that failed (the block stays local; other nodes miss it).
+  uint64_t shared_found_blocks = 0;
+  uint64_t shared_publish_failures = 0;
   uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0, prefetch_wasted_bytes = 0;
   int prefetch_window = 0;
   uint64_t recompute_preferred = 0;  // lookups whose loadable prefix the cost model cut short

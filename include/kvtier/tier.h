@@ -90,8 +90,14 @@ class Tier {
   // The block's size, or nullopt when absent.
   virtual std::optional<std::size_t> Size(const BlockKey& key) const = 0;
 
-  // Removes the block. NotFound when absent.
+  // Removes the block. NotFound when absent. A shared tier only forgets it (see shared()).
   virtual Status Evict(const BlockKey& key) = 0;
+
+  // Whether other nodes use this tier's blocks too (a remote pool with `shared: true`): the
+  // store then looks there for blocks its index lacks, publishes its puts there with a card
+  // that lets other nodes index them, and never deletes a block there, which the pool evicts
+  // by its own rules (docs/cluster.md).
+  virtual bool shared() const { return false; }
 
   virtual TierStats GetStats() const = 0;
 
@@ -134,6 +140,7 @@ class TierWrapper : public Tier {
   Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override { return target_->Read(key, out); }
   std::optional<std::size_t> Size(const BlockKey& key) const override { return target_->Size(key); }
   Status Evict(const BlockKey& key) override { return target_->Evict(key); }
+  bool shared() const override { return target_->shared(); }
   TierStats GetStats() const override { return target_->GetStats(); }
   Result<std::vector<BlockKey>> ListKeys() const override { return target_->ListKeys(); }
   std::vector<Status> WriteBatch(std::span<const WriteOp> ops) override { return target_->WriteBatch(ops); }

@@ -140,6 +140,9 @@ struct RemoteTierOptions {
   int reconnect_interval_ms = 1000;      // Default: 1000, how often a down node is retried
   int virtual_nodes = 160;               // Default: 160 ring points per node (kHashRing)
   uint32_t ttl_seconds = 0;              // Default: 0, no expiry
+  // Default: false. One pool for many nodes (Tier::shared): Evict forgets a block locally and
+  // leaves it on the servers, whose maxmemory policy or ttl_seconds evicts it.
+  bool shared = false;
 
   Status Validate() const;
 };

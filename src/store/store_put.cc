@@ -95,7 +95,16 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
     }
     Result<bool> stored = true;
     if (action == PutAction::kRepersist) stored = Repersist(p, i, meta);
-    if (action == PutAction::kNew) stored = StoreNew(p, i, meta, b, result, putting.keys);
+    if (action == PutAction::kNew && shared_tier < 0) stored = StoreNew(p, i, meta, b, result, putting.keys);
+    if (action == PutAction::kNew && shared_tier >= 0) {
+      // Published too: the payload may be a client's shared segment, still being written, so
+      // this node and the pool get the same bytes, read from it once.
+      const std::vector<std::byte> once(p.payload.begin(), p.payload.end());
+      BlockPut copy = p;
+      copy.payload = once;
+      stored = StoreNew(copy, i, meta, b, result, putting.keys);
+      if (stored.ok() && *stored) Publish(p.key, once, meta);
+    }
     if (!stored.ok()) return stored.status();
     if (!*stored) {
       result.refused_blocks += chain.size() - i;

@@ -12,10 +12,27 @@ constexpr int kReadAttempts = 4;  // a read racing a move retries at the new pla
 }  // namespace
 
 LookupResult TieredStore::Impl::Lookup(std::span<const BlockKey> keys) {
-  LookupResult result;
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
+  LookupResult result = LookupIndexedLocked(keys);
+  std::size_t found = 0;
+  if (shared_tier >= 0 && result.prefix_blocks < keys.size()) {
+    // The rest of the chain may be in the shared tier, put by another node.
+    lock.unlock();
+    found = IndexSharedBlocks(keys, result.prefix_blocks);
+    lock.lock();
+    if (found > 0) result = LookupIndexedLocked(keys);
+  }
   ++stats.lookups;
   stats.lookup_blocks += keys.size();
+  stats.lookup_hit_blocks += result.prefix_blocks;
+  if (result.load_blocks < result.prefix_blocks) ++stats.recompute_preferred;
+  lock.unlock();
+  if (found > 0) KickRebalances();  // this node's share of the pool may be over its watermark now
+  return result;
+}
+
+LookupResult TieredStore::Impl::LookupIndexedLocked(std::span<const BlockKey> keys) {
+  LookupResult result;
   std::optional<BlockKey> previous;
   for (const BlockKey& key : keys) {
     const std::optional<BlockInfo> info = index.Find(key);
@@ -37,11 +54,9 @@ LookupResult TieredStore::Impl::Lookup(std::span<const BlockKey> keys) {
   for (std::size_t i = 0; i < result.decisions.size(); ++i) {
     if (!result.decisions[i].load) {
       result.load_blocks = i;
-      ++stats.recompute_preferred;
       break;
     }
   }
-  stats.lookup_hit_blocks += result.prefix_blocks;
   return result;
 }
 

@@ -127,7 +127,11 @@ Status TieredStore::Impl::WriteTo(int t, const BlockKey& key, std::span<const st
 
 Status TieredStore::Impl::WriteBytes(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes) {
   TierState& ts = tier_state(t);
-  if (!options.metadata_only) return ts.tier->Write(key, payload);
+  if (!options.metadata_only) {
+    KVTIER_RETURN_IF_ERROR(ts.tier->Write(key, payload));
+    if (t == shared_tier) WriteCards({&key, 1});
+    return Status::Ok();
+  }
   std::lock_guard lock(mu_);
   if (ts.capacity > 0 && ts.used + bytes > ts.capacity) return Status::ResourceExhausted(ts.stats.name + " is full");
   return Status::Ok();
@@ -139,7 +143,15 @@ std::vector<Status> TieredStore::Impl::WriteBatchTo(int t, std::span<const Tier:
     for (const Tier::WriteOp& w : writes) keys.push_back(w.key);
     if (Status journaled = JournalPuts(t, keys); !journaled.ok()) return std::vector<Status>(writes.size(), journaled);
   }
-  return tier_state(t).tier->WriteBatch(writes);
+  std::vector<Status> written = tier_state(t).tier->WriteBatch(writes);
+  if (t == shared_tier) {
+    std::vector<BlockKey> keys;
+    for (std::size_t i = 0; i < writes.size(); ++i) {
+      if (written[i].ok()) keys.push_back(writes[i].key);
+    }
+    WriteCards(keys);
+  }
+  return written;
 }
 
 Status TieredStore::Impl::ReadFrom(int t, const BlockKey& key, std::span<std::byte> out) {
@@ -151,6 +163,7 @@ Status TieredStore::Impl::ReadFrom(int t, const BlockKey& key, std::span<std::by
 
 void TieredStore::Impl::EvictFrom(int t, const BlockKey& key) {
   const Status evicted = options.metadata_only ? Status::Ok() : tier_state(t).tier->Evict(key);
+  if (t == shared_tier) (void)tier_state(t).tier->Evict(CardKey(key));  // forgotten here, kept in the pool
   if (!evicted.ok() && evicted.code() != StatusCode::kNotFound) {
     std::lock_guard lock(mu_);
     ++stats.eviction_failures;

@@ -43,6 +43,7 @@
 #include "kvtier/store.h"
 #include "store/block_journal.h"
 #include "store/expected_reads.h"
+#include "store/shared_card.h"
 #include "util/task_pool.h"
 
 namespace kvtier {
@@ -100,6 +101,8 @@ struct TieredStore::Impl {
   int persist_tier = -1;
   TierMask durable = 0;
   std::unique_ptr<BlockJournal> journal;
+  // The tier other nodes share (Tier::shared), -1 without: set in Open.
+  int shared_tier = -1;
 
   std::condition_variable move_done_;  // with mu_: a block's mover let it go (EndMoveLocked)
   // Evictions a tier refused (a remote pool that is down), retried by KickRebalances until
@@ -289,8 +292,23 @@ struct TieredStore::Impl {
   Result<bool> StoreNew(const BlockPut& p, std::size_t i, const BlockMeta& meta, const Block& b,
                         const PutResult& so_far, std::vector<BlockKey>& pinned);
 
+  // --- Sharing a tier with other nodes (store_shared.cc, docs/cluster.md) ----------------
+  // Sets shared_tier: at most one tier may be shared, and not in a metadata-only store.
+  Status FindSharedTier();
+  // Writes the cards of blocks just written into the shared tier (`written`: their keys).
+  void WriteCards(std::span<const BlockKey> written);
+  // Writes a block just stored here into the shared tier too, so other nodes find it.
+  void Publish(const BlockKey& key, std::span<const std::byte> payload, const BlockMeta& meta);
+  // Reads the cards of keys[from..] from the shared tier (one batch, `mu_` released) and
+  // indexes the blocks of the longest run that continues the chain: blocks another node put.
+  // Returns how many it indexed.
+  std::size_t IndexSharedBlocks(std::span<const BlockKey> keys, std::size_t from);
+  std::size_t IndexCardsLocked(std::span<const BlockCard> cards);
+
   // --- The read path (store_read.cc) ------------------------------------------------------
   LookupResult Lookup(std::span<const BlockKey> keys);
+  // The longest stored prefix of `keys` the index lists, without counting it in the stats.
+  LookupResult LookupIndexedLocked(std::span<const BlockKey> keys);
   Result<std::size_t> Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
                           TransitionType transition, std::span<std::size_t> sizes);
   // Get's steps for the block keys[i] (`key`, whose parent is `previous`): reads it into

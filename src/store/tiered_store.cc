@@ -93,6 +93,7 @@ Result<std::unique_ptr<TieredStore>> TieredStore::Open(std::vector<std::unique_p
     impl->tiers.push_back(std::move(ts));
   }
   impl->options = std::move(options);
+  KVTIER_RETURN_IF_ERROR(impl->FindSharedTier());
   if (impl->options.persistence) {
     impl->persist_tier = static_cast<int>(impl->options.persistence->tier);
     for (int t = impl->persist_tier; t <= impl->last_tier(); ++t) {

@@ -471,6 +471,11 @@ std::optional<std::size_t> RemoteTier::Size(const BlockKey& key) const {
 }
 
 Status RemoteTier::Evict(const BlockKey& key) {
+  if (options_.shared) {
+    Forget(key);
+    counters_.evictions.fetch_add(1, std::memory_order_relaxed);
+    return Status::Ok();
+  }
   Status result = Status::Internal("evict not run");
   CommandBatch batch;
   batch.keys.push_back(RedisKey(key));

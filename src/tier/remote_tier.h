@@ -20,6 +20,10 @@
 // retries, ASK sends ASKING and the command to the importing node; at most
 // kMaxRedirections rounds.
 //
+// Shared (`RemoteTierOptions::shared`): Evict forgets the block in the accounting and sends
+// nothing: other nodes may still list it, and the servers' maxmemory policy (or ttl_seconds)
+// is what evicts. A value that fails its checksum is still deleted: nobody can use it.
+//
 // A node that failed (see redis_node.h) makes its operations fail fast: reads are NotFound
 // misses, writes and evictions Unavailable, Size nullopt; each such operation is counted in
 // unavailable_operations(). In cluster mode it also triggers a slot-map refresh.
@@ -66,6 +70,7 @@ class RemoteTier final : public Tier {
   Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override;
   std::optional<std::size_t> Size(const BlockKey& key) const override;
   Status Evict(const BlockKey& key) override;
+  bool shared() const override { return options_.shared; }
   TierStats GetStats() const override;
   std::vector<Status> WriteBatch(std::span<const WriteOp> ops) override;
   std::vector<Result<std::size_t>> ReadBatch(std::span<const ReadOp> ops) override;

@@ -140,7 +140,7 @@ Result<TierOptions> ParseTier(const YamlMap& t, const std::string& kind, const s
   if (kind == "remote_pool") {
     KVTIER_RETURN_IF_ERROR(t.CheckKeys({"kind", "name", "capacity", "topology", "endpoints", "key_prefix", "username", "password",
                                         "connections_per_node", "timeout_ms", "reconnect_interval_ms", "virtual_nodes",
-                                        "ttl_seconds"}));
+                                        "ttl_seconds", "shared"}));
     RemoteTierOptions o;
     if (t.Has("name")) {
       KVTIER_ASSIGN_OR_RETURN(o.name, t.String("name"));
@@ -183,6 +183,9 @@ Result<TierOptions> ParseTier(const YamlMap& t, const std::string& kind, const s
     if (t.Has("ttl_seconds")) {
       KVTIER_ASSIGN_OR_RETURN(int64_t ttl, t.Int("ttl_seconds", 0, int64_t{365} * 24 * 3600));
       o.ttl_seconds = static_cast<uint32_t>(ttl);
+    }
+    if (t.Has("shared")) {
+      KVTIER_ASSIGN_OR_RETURN(o.shared, t.Bool("shared"));
     }
     return TierOptions(o);
   }

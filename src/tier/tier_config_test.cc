@@ -68,7 +68,7 @@ TEST(TierConfig, GpuAndRemoteTiers) {
       "  - kind: gpu_hbm\n    capacity: 2GiB\n    device: 1\n    streams: 4\n    staging: 16MiB\n"
       "  - kind: remote_pool\n    topology: hash_ring\n    endpoints: [10.0.0.1:6379, 10.0.0.2:6379]\n"
       "    connections_per_node: 8\n    timeout_ms: 250\n    ttl_seconds: 3600\n    key_prefix: \"kv:\"\n"
-      "    username: kvtier\n    password: s3cret\n"
+      "    username: kvtier\n    password: s3cret\n    shared: true\n"
       "  - kind: nvme\n    files: [a]\n    capacity: 1GiB\n    recover: false\n"
       "  - kind: parallel_fs\n    directory: p\n    recover: false\n",
       "t.yaml");
@@ -87,6 +87,7 @@ TEST(TierConfig, GpuAndRemoteTiers) {
   EXPECT_EQ(remote.key_prefix, "kv:");
   EXPECT_EQ(remote.username, "kvtier");
   EXPECT_EQ(remote.password, "s3cret");
+  EXPECT_TRUE(remote.shared);
   EXPECT_FALSE(std::get<NvmeTierOptions>(config->tiers[2]).recover);
   EXPECT_FALSE(std::get<ParallelFsTierOptions>(config->tiers[3]).recover);
 }

@@ -8,15 +8,13 @@ cannot build the topology (not root, no redis-server).
 
 Checks (each node's DRAM tier is small, so reads of older chains come from the pool):
   own_chains   node0 puts chains and reads every one back byte-equal
+  cross_node   node1 finds every chain node0 put and reads it byte-equal
   failover     node1 and node2 put and read while a master is SIGKILLed: no request fails, no
                wrong byte, hits resume once its replica has taken over
   link_flap    node2's link to the pool goes down for 3 s and comes back: no request fails, no
                wrong byte, hits resume
-  node_kill    node0 is SIGKILLed while node1 serves: node1 sees no error; node0 restarts and
-               serves again
-Reported, not yet checked (sharing across nodes is not built, issue 16): node1 looking up
-node0's chains (`cross_node_found_ratio`) and node0 finding the pool's blocks after its restart
-(`restart_found_ratio`).
+  node_kill    node0 is SIGKILLed while node1 serves: node1 sees no error; node0 restarts,
+               finds its chains in the pool again and serves
 """
 
 import argparse
@@ -136,18 +134,32 @@ def run_under_load(kvtier, topo, nodes, fault, heal=None, settle_s=6.0, warm_s=3
     }
 
 
-def check_own_chains(kvtier, topo, chains):
-    tally = Tally()
+def check_chains(kvtier, topo, chains):
+    """node0 puts `chains` chains and reads them back; node1 looks them up and reads them."""
+    own, other = Tally(), Tally()
     with kvtier.Client.connect_unix(topo.node_socket(0), shared_memory_bytes=8 << 20) as client:
         for c in range(chains):
             put_chain(kvtier, client, "own", c)
-        found = sum(read_chain(kvtier, client, "own", c, tally) for c in range(chains))
+        found = sum(read_chain(kvtier, client, "own", c, own) for c in range(chains))
         stats = client.stats()
-    with kvtier.Client.connect_unix(topo.node_socket(1), shared_memory_bytes=8 << 20) as other:
-        looked = other.lookup([chain_keys(kvtier, "own", c) for c in range(chains)])
-    return {"found_ratio": found / (chains * BLOCKS_PER_CHAIN), "byte_errors": tally.byte_errors,
-            "errors": tally.errors, "pool_blocks": stats["tiers"][1]["blocks"],
-            "cross_node_found_ratio": sum(r[0] for r in looked) / (chains * BLOCKS_PER_CHAIN)}
+    lookups = []
+    with kvtier.Client.connect_unix(topo.node_socket(1), shared_memory_bytes=8 << 20) as client:
+        for c in range(chains):
+            started = time.perf_counter()
+            [(prefix, _, _, _)] = client.lookup([chain_keys(kvtier, "own", c)])
+            lookups.append((time.perf_counter() - started) * 1e6)
+            if prefix == BLOCKS_PER_CHAIN:
+                read_chain(kvtier, client, "own", c, other)
+        other_stats = client.stats()
+    total = chains * BLOCKS_PER_CHAIN
+    lookups.sort()
+    return {"own_chains": {"found_ratio": found / total, "byte_errors": own.byte_errors, "errors": own.errors,
+                           "pool_blocks": stats["tiers"][1]["blocks"]},
+            "cross_node": {"found_ratio": other.full_hits * BLOCKS_PER_CHAIN / total,
+                           "byte_errors": other.byte_errors, "errors": other.errors,
+                           "lookup_p50_us": round(lookups[len(lookups) // 2]),
+                           "lookup_p99_us": round(lookups[min(len(lookups) - 1, len(lookups) * 99 // 100)]),
+                           "shared_found_blocks": other_stats.get("shared_found_blocks")}}
 
 
 def failover(kvtier, topo):
@@ -175,14 +187,20 @@ def link_flap(kvtier, topo):
 
 
 def node_kill(kvtier, topo, chains):
+    """node0 puts chains, then is SIGKILLed while node1 serves; restarted, it finds them."""
+    with kvtier.Client.connect_unix(topo.node_socket(0), shared_memory_bytes=8 << 20) as client:
+        for c in range(chains):
+            put_chain(kvtier, client, "before-kill", c)
     result = run_under_load(kvtier, topo, [1], lambda: topo.kill_node(0), settle_s=3.0)
     topo.start_node(0)
     tally = Tally()
     with kvtier.Client.connect_unix(topo.node_socket(0), shared_memory_bytes=8 << 20) as client:
-        looked = client.lookup([chain_keys(kvtier, "own", c) for c in range(chains)])
+        looked = client.lookup([chain_keys(kvtier, "before-kill", c) for c in range(chains)])
+        found = sum(read_chain(kvtier, client, "before-kill", c, tally) for c in range(chains))
         put_chain(kvtier, client, "restarted", 0)
         result["restarted_serves"] = read_chain(kvtier, client, "restarted", 0, tally) == BLOCKS_PER_CHAIN
     result["restart_found_ratio"] = sum(r[0] for r in looked) / (chains * BLOCKS_PER_CHAIN)
+    result["restart_read_ratio"] = found / (chains * BLOCKS_PER_CHAIN)
     result["errors"] += tally.errors
     result["byte_errors"] += tally.byte_errors
     return result
@@ -190,11 +208,15 @@ def node_kill(kvtier, topo, chains):
 
 def failures(report):
     bad = []
-    own = report["own_chains"]
+    own, cross = report["own_chains"], report["cross_node"]
     if own["found_ratio"] < 1.0 or own["byte_errors"] or own["errors"]:
         bad.append("own_chains: not every chain read back byte-equal")
     if own["pool_blocks"] == 0:
         bad.append("own_chains: nothing reached the pool (the DRAM tier is too large for the check)")
+    if cross["found_ratio"] < 1.0 or cross["byte_errors"] or cross["errors"]:
+        bad.append(f"cross_node: node1 read {cross['found_ratio']:.3f} of node0's blocks byte-equal")
+    if report["node_kill"]["restart_found_ratio"] < 1.0 or report["node_kill"]["restart_read_ratio"] < 1.0:
+        bad.append("node_kill: the restarted node did not find and read its chains in the pool")
     for name in ("failover", "link_flap", "node_kill"):
         r = report[name]
         if r["errors"] or r["byte_errors"]:
@@ -219,13 +241,12 @@ def main():
 
     started = time.monotonic()
     with Topology(args.kvtier) as topo:
-        report = {"nodes": len(topo.nodes), "redis": len(topo.redis), "chains": args.chains,
-                  "block_bytes": BLOCK, "sharing": "not built (issue 16): cross-node ratios are reported, not checked"}
+        report = {"nodes": len(topo.nodes), "redis": len(topo.redis), "chains": args.chains, "block_bytes": BLOCK}
         try:
-            report["own_chains"] = check_own_chains(kvtier, topo, args.chains)
+            report.update(check_chains(kvtier, topo, args.chains))
             report["failover"] = failover(kvtier, topo)
             report["link_flap"] = link_flap(kvtier, topo)
-            report["node_kill"] = node_kill(kvtier, topo, args.chains)
+            report["node_kill"] = node_kill(kvtier, topo, min(args.chains, 50))
         except TopologyError as e:
             report["error"] = str(e)
             report["logs"] = {f"node{i}": topo.node_log(i, 1500) for i in range(len(topo.nodes))}

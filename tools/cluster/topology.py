@@ -2,7 +2,7 @@
 namespace of its own, joined by veth links to one bridge (issue 16, docs/cluster.md).
 
     hub namespace: bridge br0
-      |-- node0 .. nodeN-1   10.77.<net>.100+i   kvtier serve (tiers: a small DRAM, the pool)
+      |-- node0 .. nodeN-1   10.77.<net>.100+i   kvtier serve (tiers: a small DRAM, the shared pool)
       |-- redis0 .. redisM-1 10.77.<net>.10+j    redis-server, cluster mode; masters first,
                                                  then one replica per master
 
@@ -182,6 +182,7 @@ tiers:
     capacity: {self.pool_bytes}B
     timeout_ms: 500
     reconnect_interval_ms: 200
+    shared: true
     endpoints: [{endpoints}]
 store:
   policy: lru

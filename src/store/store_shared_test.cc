@@ -1,0 +1,185 @@
+// Two stores, as two nodes, over one real Redis with the remote tier shared (docs/cluster.md):
+// what one puts the other finds and reads byte-equal, a node's drop never deletes a block
+// another lists, a block the pool lost is a miss and never wrong bytes, and cards that do not
+// continue the chain are not trusted.
+#include <gtest/gtest.h>
+
+#include "kvtier/store.h"
+#include "kvtier/tiers.h"
+#include "store/shared_card.h"
+#include "testing/redis_server.h"
+
+namespace kvtier {
+namespace {
+
+using testing::RedisServers;
+
+constexpr uint32_t kBlockBytes = 64 << 10;
+
+BlockKey Key(uint64_t chain, uint64_t i) { return {chain * 0x9E3779B97F4A7C15ull + 11, i + 1}; }
+
+std::vector<std::byte> Payload(uint64_t chain, uint64_t i) {
+  std::vector<std::byte> bytes(kBlockBytes);
+  for (std::size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<std::byte>((k * 13 + chain * 7 + i * 3) & 0xff);
+  return bytes;
+}
+
+std::vector<BlockKey> ChainKeys(uint64_t chain, uint64_t n) {
+  std::vector<BlockKey> keys;
+  for (uint64_t i = 0; i < n; ++i) keys.push_back(Key(chain, i));
+  return keys;
+}
+
+Status PutChain(TieredStore& store, uint64_t chain, uint64_t n) {
+  std::vector<std::vector<std::byte>> payloads;
+  std::vector<BlockPut> puts;
+  for (uint64_t i = 0; i < n; ++i) payloads.push_back(Payload(chain, i));
+  for (uint64_t i = 0; i < n; ++i) puts.push_back({.key = Key(chain, i), .payload = payloads[i], .tokens = 16});
+  return store.Put(puts).status();
+}
+
+// The blocks of the chain's prefix that read back; a wrong byte fails the test.
+std::size_t GetChain(TieredStore& store, uint64_t chain, uint64_t n) {
+  std::vector<std::vector<std::byte>> buffers(n, std::vector<std::byte>(kBlockBytes));
+  std::vector<std::span<std::byte>> outs(buffers.begin(), buffers.end());
+  Result<std::size_t> read = store.Get(ChainKeys(chain, n), outs);
+  EXPECT_TRUE(read.ok()) << read.status().ToString();
+  if (!read.ok()) return 0;
+  for (std::size_t i = 0; i < *read; ++i) {
+    if (buffers[i] != Payload(chain, i)) {
+      ADD_FAILURE() << "chain " << chain << " block " << i << " has wrong bytes";
+      return i;
+    }
+  }
+  return *read;
+}
+
+class SharedPool : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!RedisServers::Available()) GTEST_SKIP() << "redis-server or redis-cli is not on PATH";
+    Result<std::unique_ptr<RedisServers>> started = RedisServers::StartStandalone(1);
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+    servers_ = std::move(*started);
+  }
+
+  // A node: a small DRAM tier over the shared pool, whose capacity is this node's share.
+  std::unique_ptr<TieredStore> Node(uint64_t pool_bytes = 64u << 20, bool shared = true) {
+    std::vector<std::unique_ptr<Tier>> tiers;
+    Result<std::unique_ptr<Tier>> dram = NewDramTier(
+        {.name = "dram", .capacity_bytes = 2u << 20, .lock_memory = false, .huge_pages = false, .pin_for_gpu = false});
+    Result<std::unique_ptr<Tier>> pool = NewRemoteTier({.name = "pool",
+                                                        .topology = RemoteTopology::kHashRing,
+                                                        .endpoints = servers_->endpoints(),
+                                                        .capacity_bytes = pool_bytes,
+                                                        .key_prefix = "kvtier-shared:",
+                                                        .shared = shared});
+    EXPECT_TRUE(dram.ok() && pool.ok());
+    if (!dram.ok() || !pool.ok()) return nullptr;
+    tiers.push_back(std::move(*dram));
+    tiers.push_back(std::move(*pool));
+    Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(std::move(tiers), StoreOptions{});
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    return store.ok() ? std::move(*store) : nullptr;
+  }
+
+  std::unique_ptr<RedisServers> servers_;
+};
+
+TEST_F(SharedPool, ANodeFindsAndReadsWhatAnotherPut) {
+  auto a = Node(), b = Node();
+  ASSERT_TRUE(a && b);
+  for (uint64_t chain = 0; chain < 10; ++chain) ASSERT_TRUE(PutChain(*a, chain, 8).ok());
+  for (uint64_t chain = 0; chain < 10; ++chain) {
+    const std::vector<BlockKey> keys = ChainKeys(chain, 8);
+    EXPECT_EQ(b->Lookup(keys).prefix_blocks, 8u) << chain;
+    EXPECT_EQ(GetChain(*b, chain, 8), 8u) << chain;
+  }
+  EXPECT_EQ(b->GetStats().shared_found_blocks, 80u);
+  // A chain B extends past what A put: B finds A's part, then stores its own.
+  const std::vector<BlockKey> longer = ChainKeys(3, 12);
+  EXPECT_EQ(b->Lookup(longer).prefix_blocks, 8u);
+  ASSERT_TRUE(PutChain(*b, 3, 12).ok());
+  EXPECT_EQ(a->Lookup(longer).prefix_blocks, 12u) << "A finds the blocks B added to its chain";
+  EXPECT_EQ(GetChain(*a, 3, 12), 12u);
+}
+
+TEST_F(SharedPool, ANodesDropDoesNotDeleteWhatOthersList) {
+  auto a = Node(), b = Node(/*pool_bytes=*/1u << 20);  // B's share holds 16 blocks
+  ASSERT_TRUE(a && b);
+  for (uint64_t chain = 0; chain < 8; ++chain) ASSERT_TRUE(PutChain(*a, chain, 8).ok());
+  for (uint64_t chain = 0; chain < 8; ++chain) EXPECT_EQ(b->Lookup(ChainKeys(chain, 8)).prefix_blocks, 8u);
+  b->Drain();
+  EXPECT_LE(b->GetStats().tiers[1].used_bytes, 1u << 20) << "B's share of the pool is its capacity";
+  for (uint64_t chain = 0; chain < 8; ++chain) EXPECT_EQ(GetChain(*a, chain, 8), 8u) << chain;
+}
+
+TEST_F(SharedPool, ABlockThePoolLostIsAMissNeverWrongBytes) {
+  auto a = Node(), b = Node();
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(PutChain(*a, 1, 6).ok());
+  ASSERT_EQ(b->Lookup(ChainKeys(1, 6)).prefix_blocks, 6u);
+  // The pool evicts block 3 (maxmemory, a TTL, a flush): B reads the prefix before it.
+  ASSERT_TRUE(servers_->Command(0, {"DEL", "kvtier-shared:" + Key(1, 3).ToHex()}).ok());
+  EXPECT_EQ(GetChain(*b, 1, 6), 3u);
+  EXPECT_GE(b->GetStats().vanished_copies, 1u);
+  EXPECT_EQ(b->Lookup(ChainKeys(1, 6)).prefix_blocks, 3u) << "no stale hit after the miss";
+  ASSERT_TRUE(PutChain(*a, 1, 6).ok());  // present in A: put again only if A lost it too
+}
+
+TEST_F(SharedPool, CardsThatDoNotContinueTheChainAreNotTrusted) {
+  auto a = Node(), b = Node();
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(PutChain(*a, 2, 4).ok());
+  // B asks for blocks 1..3 without block 0: their cards name a parent the chain lacks.
+  const std::vector<BlockKey> keys = ChainKeys(2, 4);
+  EXPECT_EQ(b->Lookup(std::span(keys).subspan(1)).prefix_blocks, 0u);
+  // A card overwritten with another block's card is refused, and the chain stops there.
+  Result<RedisReply> other = servers_->Command(0, {"GET", "kvtier-shared:" + CardKey(Key(2, 0)).ToHex()});
+  ASSERT_TRUE(other.ok() && (*other)->type == REDIS_REPLY_STRING);
+  ASSERT_TRUE(servers_->Command(0, {"SET", "kvtier-shared:" + CardKey(Key(2, 2)).ToHex(),
+                                    std::string((*other)->str, (*other)->len)})
+                  .ok());
+  EXPECT_EQ(b->Lookup(keys).prefix_blocks, 2u);
+  EXPECT_EQ(GetChain(*b, 2, 4), 2u);
+}
+
+TEST_F(SharedPool, NodesWithoutSharingKeepToThemselves) {
+  auto a = Node(64u << 20, /*shared=*/false), b = Node(64u << 20, /*shared=*/false);
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(PutChain(*a, 5, 4).ok());
+  EXPECT_EQ(b->Lookup(ChainKeys(5, 4)).prefix_blocks, 0u);
+}
+
+TEST(SharedCard, RoundTripsAndRefusesDamage) {
+  const BlockCard card{.key = Key(9, 2),
+                       .parent = Key(9, 1),
+                       .bytes = 4096,
+                       .tokens = 16,
+                       .type = BlockType::kToolContext,
+                       .transition = TransitionType::kAgentHandoff,
+                       .recompute_seconds = 0.25};
+  std::array<std::byte, kBlockCardBytes> bytes = EncodeBlockCard(card);
+  const std::optional<BlockCard> back = DecodeBlockCard(bytes);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->key, card.key);
+  EXPECT_EQ(back->parent, card.parent);
+  EXPECT_EQ(back->bytes, 4096u);
+  EXPECT_EQ(back->tokens, 16u);
+  EXPECT_EQ(back->type, BlockType::kToolContext);
+  EXPECT_EQ(back->transition, TransitionType::kAgentHandoff);
+  EXPECT_EQ(back->recompute_seconds, 0.25);
+  const std::optional<BlockCard> root = DecodeBlockCard(EncodeBlockCard({.key = Key(9, 0), .bytes = 1}));
+  ASSERT_TRUE(root.has_value());
+  EXPECT_FALSE(root->parent.has_value());
+  for (std::size_t at : {0u, 8u, 20u, 48u, 57u, 79u}) {
+    std::array<std::byte, kBlockCardBytes> damaged = bytes;
+    damaged[at] ^= std::byte{0x10};
+    EXPECT_FALSE(DecodeBlockCard(damaged).has_value()) << "byte " << at;
+  }
+  EXPECT_FALSE(DecodeBlockCard(std::span(bytes).first(kBlockCardBytes - 1)).has_value());
+  EXPECT_NE(CardKey(card.key), card.key);
+}
+
+}  // namespace
+}  // namespace kvtier
