@@ -9,6 +9,7 @@ cannot build the topology (not root, no redis-server).
 Checks (each node's DRAM tier is small, so reads of older chains come from the pool):
   own_chains   node0 puts chains and reads every one back byte-equal
   cross_node   node1 finds every chain node0 put and reads it byte-equal
+  tenants      a tenant's chain put on node0 is found by that tenant on node2, by no other
   failover     node1 and node2 put and read while a master is SIGKILLed: no request fails, no
                wrong byte, hits resume once its replica has taken over
   link_flap    node2's link to the pool goes down for 3 s and comes back: no request fails, no
@@ -30,6 +31,8 @@ from topology import Topology, TopologyError, unavailable_reason  # noqa: E402
 
 BLOCK = 32 << 10
 BLOCKS_PER_CHAIN = 8
+READERS = 8  # client threads of the throughput check, as redis-benchmark's -c 8
+THROUGHPUT_PASSES = 5  # over node0's chains: 250 MiB, past node1's 4 MiB of DRAM each time
 READ_BEHIND = 40  # chains: 40 x 8 x 32 KiB = 10 MiB, past the nodes' 4 MiB of DRAM
 
 
@@ -162,6 +165,49 @@ def check_chains(kvtier, topo, chains):
                            "shared_found_blocks": other_stats.get("shared_found_blocks")}}
 
 
+def tenants(kvtier, topo):
+    def connect(node, tenant):
+        return kvtier.Client.connect_unix(topo.node_socket(node), tenant=tenant, shared_memory_bytes=8 << 20)
+
+    with connect(0, "alice") as client:
+        put_chain(kvtier, client, "tenant", 0)
+    keys = chain_keys(kvtier, "tenant", 0)
+    with connect(2, "alice") as same, connect(2, "bob") as other, connect(2, "") as default:
+        return {"same_tenant_blocks": same.lookup([keys])[0][0], "other_tenant_blocks": other.lookup([keys])[0][0],
+                "default_tenant_blocks": default.lookup([keys])[0][0]}
+
+
+def throughput(kvtier, topo, chains):
+    """Cross-node reads (node1 reading node0's chains, found through the pool; 8 clients, one
+    chain of 8 blocks per request) in GB/s, against redis-benchmark's GETs of the same value
+    size from node1's namespace, in the same run."""
+    keys = [chain_keys(kvtier, "own", c) for c in range(chains)]
+    read = [0] * READERS
+
+    def reader(r, client):
+        shm = client.shared_memory  # the daemon writes the blocks straight into it
+        outs = [shm[i * BLOCK:(i + 1) * BLOCK] for i in range(BLOCKS_PER_CHAIN)]
+        for _ in range(THROUGHPUT_PASSES):
+            for c in range(r, chains, READERS):
+                read[r] += sum(client.get(keys[c], outs))
+
+    clients = [kvtier.Client.connect_unix(topo.node_socket(1), shared_memory_bytes=4 << 20) for _ in range(READERS)]
+    threads = [threading.Thread(target=reader, args=(r, clients[r])) for r in range(READERS)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds = time.perf_counter() - started
+    for client in clients:
+        client.close()
+    read = sum(read)
+    baseline = topo.redis_benchmark_get("node1", BLOCK) * BLOCK / 1e9
+    gbps = read / seconds / 1e9
+    return {"get_gbps": round(gbps, 3), "baseline_gbps": round(baseline, 3), "ratio": round(gbps / baseline, 2),
+            "bytes_read": read, "baseline": "redis-benchmark --cluster -t set,get -d 32768 -c 8 -P 8, GET rps x 32 KiB"}
+
+
 def failover(kvtier, topo):
     victim = topo.masters()[0]
 
@@ -215,6 +261,9 @@ def failures(report):
         bad.append("own_chains: nothing reached the pool (the DRAM tier is too large for the check)")
     if cross["found_ratio"] < 1.0 or cross["byte_errors"] or cross["errors"]:
         bad.append(f"cross_node: node1 read {cross['found_ratio']:.3f} of node0's blocks byte-equal")
+    t = report["tenants"]
+    if t["same_tenant_blocks"] != BLOCKS_PER_CHAIN or t["other_tenant_blocks"] or t["default_tenant_blocks"]:
+        bad.append(f"tenants: {t}")
     if report["node_kill"]["restart_found_ratio"] < 1.0 or report["node_kill"]["restart_read_ratio"] < 1.0:
         bad.append("node_kill: the restarted node did not find and read its chains in the pool")
     for name in ("failover", "link_flap", "node_kill"):
@@ -244,6 +293,8 @@ def main():
         report = {"nodes": len(topo.nodes), "redis": len(topo.redis), "chains": args.chains, "block_bytes": BLOCK}
         try:
             report.update(check_chains(kvtier, topo, args.chains))
+            report["throughput"] = throughput(kvtier, topo, args.chains)
+            report["tenants"] = tenants(kvtier, topo)
             report["failover"] = failover(kvtier, topo)
             report["link_flap"] = link_flap(kvtier, topo)
             report["node_kill"] = node_kill(kvtier, topo, min(args.chains, 50))

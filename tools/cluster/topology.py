@@ -11,11 +11,15 @@ Every address lives inside namespaces this module creates, named `kvt<pid>-*`, a
 namespace. The daemons listen on Unix sockets only: a Unix socket is a file, so a driver in the
 root namespace reaches every node while the nodes reach Redis only through their links.
 
-Needs root (network namespaces), `ip`, `redis-server` and `redis-cli`.
+Every Redis node requires a password (requirepass, masterauth for the replicas), generated per
+topology and given to the nodes' remote tiers.
+
+Needs root (network namespaces), `ip`, `redis-server`, `redis-cli` and `redis-benchmark`.
 """
 
 import atexit
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -33,7 +37,7 @@ def unavailable_reason():
     """Why this machine cannot build a topology, or None."""
     if os.geteuid() != 0:
         return "network namespaces need root"
-    for tool in ("ip", "redis-server", "redis-cli"):
+    for tool in ("ip", "redis-server", "redis-cli", "redis-benchmark"):
         if shutil.which(tool) is None:
             return f"{tool} is not on PATH"
     probe = f"kvt{os.getpid()}-probe"
@@ -64,6 +68,7 @@ class Topology:
         self.dram_bytes = dram_bytes
         self.pool_bytes = pool_bytes
         self.node_config_extra = node_config_extra
+        self.password = secrets.token_hex(16)  # requirepass of every Redis node, masterauth of replicas
         self._closed = False
         atexit.register(self.close)
         self._old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -129,6 +134,7 @@ class Topology:
             "--cluster-enabled", "yes", "--cluster-config-file", os.path.join(work, "nodes.conf"),
             "--cluster-node-timeout", "1000", "--cluster-require-full-coverage", "no",
             "--save", "", "--appendonly", "no", "--dir", work, "--repl-diskless-sync-delay", "0",
+            "--requirepass", self.password, "--masterauth", self.password,
             "--maxmemory", str(self.pool_bytes), "--maxmemory-policy", "allkeys-lru"]),
             stdout=log, stderr=subprocess.STDOUT)
         self.redis.append({"ns": ns, "addr": addr, "proc": proc, "name": f"redis{j}"})
@@ -137,12 +143,14 @@ class Topology:
 
     def redis_cli(self, j, args, check=True):
         r = self.redis[j]
-        return _run(self._exec(r["ns"], ["redis-cli", "-h", r["addr"], "-p", str(REDIS_PORT)] + args), check)
+        return _run(self._exec(r["ns"], ["redis-cli", "-h", r["addr"], "-p", str(REDIS_PORT), "-a", self.password,
+                                          "--no-auth-warning"] + args), check)
 
     def _create_cluster(self, masters, replicas):
         endpoints = [f"{r['addr']}:{REDIS_PORT}" for r in self.redis]
-        _run(self._exec(self.redis[0]["ns"], ["redis-cli", "--cluster", "create", *endpoints,
-                                               "--cluster-replicas", str(replicas), "--cluster-yes"]))
+        _run(self._exec(self.redis[0]["ns"], ["redis-cli", "-a", self.password, "--no-auth-warning", "--cluster",
+                                               "create", *endpoints, "--cluster-replicas", str(replicas),
+                                               "--cluster-yes"]))
         for j in range(len(self.redis)):
             self._wait(lambda j=j: "cluster_state:ok" in self.redis_cli(j, ["CLUSTER", "INFO"], check=False).stdout,
                        f"redis{j} to report cluster_state:ok")
@@ -155,6 +163,18 @@ class Topology:
     def redis_role(self, j):
         lines = self.redis_cli(j, ["ROLE"], check=False).stdout.split()
         return lines[0] if lines else "down"
+
+    def redis_benchmark_get(self, member, value_bytes, requests=20000):
+        """GET requests/s of redis-benchmark run in `member`'s namespace against the cluster
+        (SET first, so that every GET returns a value of `value_bytes`)."""
+        out = _run(self._exec(self._ns(member), [
+            "redis-benchmark", "--cluster", "-h", self.redis[0]["addr"], "-p", str(REDIS_PORT), "-a", self.password,
+            "-t", "set,get", "-d", str(value_bytes), "-n", str(requests), "-c", "8", "-P", "8", "-r", "1000",
+            "--csv"])).stdout
+        for line in out.splitlines():
+            if line.startswith('"GET"'):
+                return float(line.split(",")[1].strip('"'))
+        raise TopologyError(f"redis-benchmark printed no GET line:\n{out}")
 
     def masters(self):
         return [j for j in range(len(self.redis)) if self.redis[j]["proc"].poll() is None and self.redis_role(j) == "master"]
@@ -183,6 +203,7 @@ tiers:
     timeout_ms: 500
     reconnect_interval_ms: 200
     shared: true
+    password: {self.password}
     endpoints: [{endpoints}]
 store:
   policy: lru
