@@ -101,6 +101,10 @@ struct StoreOptions {
   int mover_threads = 2;             // Default: 2
   std::size_t max_queued_moves = 1024;  // Default: 1024 moves waiting, then producers wait
   bool synchronous_moves = false;    // Default: false (trace replay sets it: deterministic)
+  // With a shared tier (Tier::shared): publish a put there in the background, on the movers
+  // (whose bounded queue is the back-pressure), instead of before the put is acknowledged.
+  // Default: false: other nodes can read a block once its put returns.
+  bool publish_in_background = false;
   // Recompute cost per token when the block's own estimate is not given (Put's
   // recompute_seconds); from the cost model (cost_model.h) for the served model and GPU.
   double recompute_seconds_per_token = 0;  // Default: 0 (unknown)

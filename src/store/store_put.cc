@@ -99,11 +99,15 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
     if (action == PutAction::kNew && shared_tier >= 0) {
       // Published too: the payload may be a client's shared segment, still being written, so
       // this node and the pool get the same bytes, read from it once.
-      const std::vector<std::byte> once(p.payload.begin(), p.payload.end());
+      std::vector<std::byte> once(p.payload.begin(), p.payload.end());
       BlockPut copy = p;
       copy.payload = once;
       stored = StoreNew(copy, i, meta, b, result, putting.keys);
-      if (stored.ok() && *stored) Publish(p.key, once, meta);
+      if (stored.ok() && *stored && options.publish_in_background) {
+        Schedule([this, key = p.key, once = std::move(once), meta] { Publish(key, once, meta); });
+      } else if (stored.ok() && *stored) {
+        Publish(p.key, once, meta);
+      }
     }
     if (!stored.ok()) return stored.status();
     if (!*stored) {

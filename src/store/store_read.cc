@@ -68,6 +68,14 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
   if (!sizes.empty() && sizes.size() < keys.size()) {
     return Status::InvalidArgument("store: Get needs one size slot per key");
   }
+  if (shared_tier >= 0) {  // as Lookup: the rest of the chain may be in the shared tier
+    std::size_t indexed = 0;
+    {
+      std::lock_guard lock(mu_);
+      indexed = LookupIndexedLocked(keys).prefix_blocks;
+    }
+    if (indexed < keys.size()) (void)IndexSharedBlocks(keys, indexed);
+  }
   std::size_t read = 0;
   std::vector<BlockKey> from_below;               // promoted once the request has its bytes
   std::vector<std::pair<int, BlockKey>> evict;  // copies found corrupt or lost, evicted after the reads
