@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # CI's end-to-end stage for the vLLM connector (docs/vllm.md): real vLLM CPU engines save a
 # prompt's KV through `kvtier serve` and a new engine loads it back, once with the blocks in
-# DRAM (synchronous, layer-pipelined loads) and once with them on disk only (asynchronous
-# loads). Needs the release build (scripts/test.sh) and the CPU build of torch 2.13.0 that pip
+# DRAM (synchronous, layer-pipelined loads), once with them on disk only (asynchronous
+# loads), and once through two daemons sharing a Redis pool (the new engine on the other). Needs the release build (scripts/test.sh) and the CPU build of torch 2.13.0 that pip
 # finds in /opt/wheels (KVTIER_TORCH_WHEEL_DIR); where that wheel is absent it says so and
 # skips, since vLLM's CPU build cannot be installed without it.
 #
@@ -57,3 +57,6 @@ fi
 export KVTIER_BUILD_PYTHON="$PWD/build/release/python"
 ci_stage vllm.roundtrip.dram "$venv/bin/python" tools/vllm/e2e_connector.py roundtrip
 ci_stage vllm.roundtrip.disk "$venv/bin/python" tools/vllm/e2e_connector.py roundtrip --tiers disk
+# Two nodes: engine B, on its own daemon, loads what engine A saved through the other daemon,
+# found in one shared Redis pool (docs/cluster.md).
+ci_stage vllm.roundtrip.shared "$venv/bin/python" tools/vllm/e2e_connector.py roundtrip --tiers shared

@@ -5,10 +5,13 @@
     $PY tools/vllm/e2e_connector.py roundtrip                 # tiny Llama GQA, 1000-token prompt
     $PY tools/vllm/e2e_connector.py roundtrip --arch deepseek # DeepSeek-V2 MLA
     $PY tools/vllm/e2e_connector.py roundtrip --tiers disk    # blocks on disk: asynchronous loads
+    $PY tools/vllm/e2e_connector.py roundtrip --tiers shared  # two daemons, one shared Redis pool
     $PY tools/vllm/e2e_connector.py ttft                      # 8 layers, hidden 1024: 2k/4k/8k
 
 `kvtier serve` runs in this process (kvtier.serve, DRAM over a small disk tier, no
-persistence); every engine runs in its own subprocess (this script with --engine), so
+persistence; with --tiers shared, two daemons, each DRAM over one shared remote pool, a
+redis-server this script starts, and engine B talks to the other daemon than engine A, as on
+two nodes: docs/cluster.md); every engine runs in its own subprocess (this script with --engine), so
 engine A is fully shut down before engine B starts. The connector writes events.jsonl and,
 with debug_dump_dir, save-<key>.bin (the pages engine A saved, packed as kvtier stores
 them) and load-<key>.bin (the pages engine B holds after loading, read back from its KV
@@ -22,8 +25,10 @@ the built extension) plus this checkout's python/kvtier/vllm.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -60,20 +65,26 @@ def make_pkg(tmp: str) -> str | None:
     return os.path.join(tmp, "pkg")
 
 
-def serve_yaml(data_dir: str, tiers: str) -> str:
+def serve_yaml(data_dir: str, tiers: str, redis_endpoint: str = "") -> str:
     """dram: DRAM over a disk tier, blocks stay in DRAM (synchronous loads); disk: only a
-    disk tier (the connector loads asynchronously)."""
+    disk tier (the connector loads asynchronously); shared: DRAM over a shared remote pool."""
     dram = """
   - kind: cpu_dram
     capacity: 2GiB
-    lock_memory: false""" if tiers == "dram" else ""
-    return f"""
-data_dir: {data_dir}
-tiers:{dram}
+    lock_memory: false""" if tiers in ("dram", "shared") else ""
+    below = f"""
+  - kind: remote_pool
+    topology: hash_ring
+    endpoints: [{redis_endpoint}]
+    capacity: 2GiB
+    shared: true""" if tiers == "shared" else """
   - kind: nvme
     name: disk
     files: [disk/slab.0]
-    capacity: 2GiB
+    capacity: 2GiB"""
+    return f"""
+data_dir: {data_dir}
+tiers:{dram}{below}
 store:
   policy: bayes
   persistence: none
@@ -82,6 +93,27 @@ listen:
   tcp: false
   metrics_port: -1
 """
+
+
+@contextlib.contextmanager
+def redis_server(tmp: str):
+    """A standalone redis-server on a free loopback port, for --tiers shared: its endpoint."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", tmp], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            if subprocess.run(["redis-cli", "-p", str(port), "PING"], capture_output=True, text=True).stdout.strip() == "PONG":
+                break
+            time.sleep(0.05)
+        else:
+            raise SystemExit("redis-server did not answer PING")
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def prompt(n: int, salt: int, vocab: int) -> list:
@@ -171,14 +203,16 @@ def model_args(a: argparse.Namespace) -> dict:
 
 
 # ------------------------------------------------------------------ roundtrip
-def roundtrip(a, tmp, env, socket) -> bool:
+def roundtrip(a, tmp, env, socket_a, socket_b) -> bool:
+    """Engine A saves through the daemon at socket_a; engines B (and C) load through socket_b."""
     model_dir = os.path.join(tmp, "model")
     os.makedirs(model_dir)
-    base = {"arch": a.arch, "model": model_args(a), "model_dir": model_dir, "socket": socket,
+    base = {"arch": a.arch, "model": model_args(a), "model_dir": model_dir, "socket": socket_a,
             "max_model_len": a.max_model_len, "extra": connector_extra(a), "tp": a.tp}
     dump_a, dump_b = os.path.join(tmp, "dumpA"), os.path.join(tmp, "dumpB")
     A = spawn({**base, "name": "A", "dump_dir": dump_a, "jobs": [
         {"tag": "P", "len": a.prompt_len, "salt": 0, "max_tokens": 8, "logprobs": 5}]}, env, os.path.join(tmp, "A.log"))
+    base["socket"] = socket_b
     B = spawn({**base, "name": "B", "dump_dir": dump_b, "jobs": [
         {"tag": "P", "len": a.prompt_len, "salt": 0, "max_tokens": 8, "logprobs": 5},
         {"tag": "Q", "len": a.prompt_len, "salt": 1, "max_tokens": 8, "logprobs": 5}]}, env, os.path.join(tmp, "B.log"))
@@ -235,7 +269,7 @@ def roundtrip(a, tmp, env, socket) -> bool:
         "no load errors": all(e.get("failed", 0) == 0 for e in ev_b if e["event"] == "load"),
     }
     loads_ev = [e for e in ev_b if e["event"] == "load"]
-    want_async = a.async_load == "always" or (a.async_load == "auto" and a.tiers == "disk")
+    want_async = a.async_load == "always" or (a.async_load == "auto" and a.tiers in ("disk", "shared"))
     checks[f"B's loads were {'asynchronous' if want_async else 'synchronous'} ({a.tiers} tiers, "
            f"async_load {a.async_load})"] = bool(loads_ev) and all(
                e.get("asynchronous") == want_async for e in loads_ev)
@@ -260,7 +294,7 @@ def roundtrip(a, tmp, env, socket) -> bool:
 
 
 # ------------------------------------------------------------------ ttft
-def ttft(a, tmp, env, socket) -> bool:
+def ttft(a, tmp, env, socket, _=None) -> bool:
     model_dir = os.path.join(tmp, "model")
     os.makedirs(model_dir)
     lens = [int(x) for x in a.lens.split(",")]
@@ -323,8 +357,9 @@ def main() -> int:
     p.add_argument("--lens", default="2048,4096,8192")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--baseline", action="store_true", help="ttft: also an engine without the connector")
-    p.add_argument("--tiers", choices=["dram", "disk"], default="dram",
-                   help="the daemon's tiers: DRAM over disk, or disk only (blocks load asynchronously)")
+    p.add_argument("--tiers", choices=["dram", "disk", "shared"], default="dram",
+                   help="the daemon's tiers: DRAM over disk, disk only (blocks load asynchronously), or two "
+                        "daemons over one shared Redis pool (engine B on the other daemon)")
     p.add_argument("--async-load", choices=["auto", "always", "never"], default="auto")
     p.add_argument("--tp", type=int, default=1, help="roundtrip: tensor-parallel size of every engine")
     p.add_argument("--no-pipeline", action="store_true", help="synchronous loads copy every layer up front")
@@ -349,11 +384,17 @@ def main() -> int:
     env = engine_env(pkg)
     print(f"# tmp {tmp}; PYTHONHASHSEED={env['PYTHONHASHSEED']}", flush=True)
     t0 = time.perf_counter()
-    with kt.serve(config_text=serve_yaml(os.path.join(tmp, "srv"), a.tiers)) as daemon:
-        ok = (roundtrip if a.mode == "roundtrip" else ttft)(a, tmp, env, daemon.socket_path)
-        st = daemon.store_stats()
-        print("RESULT " + json.dumps({"event": "store", "blocks": [t.get("blocks") for t in st.get("tiers", [])],
-                                      "bytes": [t.get("bytes") for t in st.get("tiers", [])]}))
+    with contextlib.ExitStack() as stack:
+        endpoint = stack.enter_context(redis_server(tmp)) if a.tiers == "shared" else ""
+        daemons = [stack.enter_context(kt.serve(config_text=serve_yaml(os.path.join(tmp, f"srv{i}"), a.tiers, endpoint)))
+                   for i in range(2 if a.tiers == "shared" else 1)]
+        sockets = [d.socket_path for d in daemons]
+        ok = (roundtrip if a.mode == "roundtrip" else ttft)(a, tmp, env, sockets[0], sockets[-1])
+        for d in daemons:
+            st = d.store_stats()
+            print("RESULT " + json.dumps({"event": "store", "blocks": [t.get("blocks") for t in st.get("tiers", [])],
+                                          "bytes": [t.get("bytes") for t in st.get("tiers", [])],
+                                          "shared_found_blocks": st.get("shared_found_blocks")}))
     print(f"# total {time.perf_counter() - t0:.1f} s; {'ALL CHECKS PASS' if ok else 'SOME CHECKS FAILED'}")
     if not a.keep:
         subprocess.run(["rm", "-rf", tmp])
