@@ -15,6 +15,7 @@
 #include "kvtier/kv_block_layout.h"
 #include "kvtier/replay.h"
 #include "kvtier/store.h"
+#include "replay/prefix_cache_model.h"
 
 namespace kvtier::replay_internal {
 
@@ -29,9 +30,13 @@ struct StoreTweaks {
 
 class PolicyRun : public EngineCache {
  public:
+  // With `ids` (the requests' blocks numbered, which must outlive the run), a run of the
+  // default setting (one tier evicting on demand, metadata only, no engine, no tweaks) goes
+  // through PrefixCacheModel, which replays it as the store does, several times faster.
   static Result<std::unique_ptr<PolicyRun>> Open(const std::vector<ReplayRequest>& requests, PolicyKind policy,
                                                  uint64_t capacity_blocks, uint64_t block_bytes,
-                                                 const ReplayOptions& options, const StoreTweaks& tweaks = {});
+                                                 const ReplayOptions& options, const StoreTweaks& tweaks = {},
+                                                 const ReplayIds* ids = nullptr);
 
   // Every request served the instant it arrives, in order: the counts, rates, speed and the
   // projected TTFT without queueing.
@@ -48,6 +53,10 @@ class PolicyRun : public EngineCache {
  private:
   PolicyRun(const std::vector<ReplayRequest>& requests, PolicyKind policy, const ReplayOptions& options);
   Status OpenStore(uint64_t capacity_blocks, uint64_t block_bytes, const StoreTweaks& tweaks);
+  // Whether the model can replay this run as the store would.
+  bool ModelFits(const ReplayIds& ids, const StoreTweaks& tweaks) const;
+  // The policy with the options TieredStore gives the policy of its one tier.
+  Status OpenModel(const ReplayIds& ids, uint64_t capacity_blocks, uint64_t block_bytes);
 
   // What a request found when it started.
   struct Started {
@@ -59,6 +68,12 @@ class PolicyRun : public EngineCache {
   // Looks the request's prompt up and reads its hit prefix, which stays pinned (in `pins_`)
   // until its prompt is stored. Counts the accesses and hits.
   Result<Started> Start(std::size_t request);
+  // Start on the model, and the rest of the request stored after it (its hit released).
+  Started StartOnModel(std::size_t request);
+  void StoreOnModel(std::size_t request, std::size_t hit);
+  // The counts of a request that hit `hit` blocks, the i-th from tier `tiers[i]` (empty: all
+  // from tier 0).
+  Started CountStart(std::size_t request, std::size_t hit, std::span<const int> tiers);
   // Stores blocks [from, prompt end) of the prompt and, with `with_output`, the output.
   Status StoreRest(std::size_t request, std::size_t from, bool with_output);
   // Stores the output after the prompt's last block, if that block is still cached.
@@ -80,7 +95,9 @@ class PolicyRun : public EngineCache {
   const PolicyKind policy_;
   const ReplayOptions& options_;
   double now_ = 0;
-  std::unique_ptr<TieredStore> store_;
+  std::unique_ptr<TieredStore> store_;  // or, in the default setting:
+  const ReplayIds* ids_ = nullptr;
+  std::unique_ptr<PrefixCacheModel> model_;
   std::vector<TierCost> costs_;
   double head_demotion_fraction_ = 0;  // 0: no head-granular eviction
   ReplayPolicyResult out_;
