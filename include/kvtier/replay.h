@@ -115,6 +115,26 @@ struct ReplayGapReport {
   GapAnalysis gap;
 };
 
+// The replay's block accesses, for other simulators to run the same sequence (libCacheSim:
+// tools/replay_speed.py). One record per prompt block of every request in arrival order: the
+// accesses a replay counts (generated blocks are stored, never looked up, so they are not
+// accesses). `obj_id` numbers blocks in order of first appearance (generated blocks take
+// numbers too), `obj_size` is 1 so that a capacity in blocks is one in "bytes",
+// `clock_time` is the request's arrival in whole seconds, `next_access_vtime` the position
+// of the block's next access (-1: none), as libCacheSim's oracleGeneral format has them.
+struct ReplayAccess {
+  uint32_t clock_time = 0;
+  uint64_t obj_id = 0;
+  uint32_t obj_size = 1;
+  int64_t next_access_vtime = -1;
+};
+Result<std::vector<ReplayAccess>> ReplayAccesses(const std::vector<ReplayRequest>& requests);
+// libCacheSim's oracleGeneral binary trace: 24-byte little-endian packed records in the
+// field order above. IoError when the file cannot be written or read; InvalidArgument when
+// its size is not a whole number of records.
+Status WriteOracleGeneralTrace(const std::vector<ReplayAccess>& accesses, const std::string& path);
+Result<std::vector<ReplayAccess>> ReadOracleGeneralTrace(const std::string& path);
+
 Result<ReplayGapReport> AnalyzeReplayGap(const std::vector<ReplayRequest>& requests, const ReplayOptions& options,
                                          const GapAnalysisOptions& gap_options = {});
 

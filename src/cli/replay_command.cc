@@ -52,6 +52,7 @@ struct ReplayCommandOptions {
   std::vector<uint64_t> lookahead = {8, 32, 128, 512};
   bool ablation = false;     // the full system and each part removed (ablation.h)
   bool tier_ladder = false;  // the full system on 1, 2, ... of its tiers
+  std::string dump_accesses;  // write the access sequence here (libCacheSim's oracleGeneral)
 };
 
 Result<std::vector<PolicyKind>> ParsePolicies(const std::string& list) {
@@ -333,6 +334,11 @@ int Run(const ReplayCommandOptions& o) {
   if (!requests.ok()) return fail(requests.status());
   Result<std::vector<PolicyKind>> policies = ParsePolicies(o.policies);
   if (!policies.ok()) return fail(policies.status());
+  if (!o.dump_accesses.empty()) {
+    Result<std::vector<ReplayAccess>> accesses = ReplayAccesses(*requests);
+    if (!accesses.ok()) return fail(accesses.status());
+    if (Status written = WriteOracleGeneralTrace(*accesses, o.dump_accesses); !written.ok()) return fail(written);
+  }
 
   ReplayOptions options;
   options.policies = *policies;
@@ -452,6 +458,8 @@ void AddReplayCommand(CLI::App& app, int& exit_code) {
                 "The full system, then without prediction, multi-tier, head-granular eviction, prefetch (docs/replay.md)");
   cmd->add_flag("--tier-ladder", o->tier_ladder,
                 "The full system on its first tier only, then + each lower tier (the paper's ladder by default)");
+  cmd->add_option("--dump-accesses", o->dump_accesses,
+                  "Also write the block-access sequence here, in libCacheSim's oracleGeneral format (replay.h)");
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o, &exit_code] { exit_code = Run(*o); });
 }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <random>
 
 #include "replay/policy_run.h"
@@ -98,6 +99,41 @@ TEST(PrefixCacheModel, HitsEqualTheStoresForEveryPolicy) {
       }
     }
   }
+}
+
+// The dump libCacheSim reads (tools/replay_speed.py) is the replay's access sequence: its
+// prompt blocks in order, numbered as the model numbers them, and reads back unchanged.
+TEST(ReplayAccesses, AreThePromptBlocksInOrderAndRoundTrip) {
+  const std::vector<ReplayRequest> trace = CornerCaseTrace(3);
+  Result<ReplayIds> ids = NumberBlocks(trace);
+  Result<std::vector<ReplayAccess>> accesses = ReplayAccesses(trace);
+  ASSERT_TRUE(ids.ok() && accesses.ok());
+  std::size_t at = 0;
+  for (std::size_t q = 0; q < trace.size(); ++q) {
+    for (std::size_t i = 0; i < trace[q].prompt.size(); ++i, ++at) {
+      ASSERT_LT(at, accesses->size());
+      EXPECT_EQ(ids->keys[(*accesses)[at].obj_id], trace[q].prompt[i].key);
+      EXPECT_EQ((*accesses)[at].clock_time, static_cast<uint32_t>(trace[q].arrival_s));
+      const int64_t next = (*accesses)[at].next_access_vtime;
+      if (next >= 0) {
+        EXPECT_EQ((*accesses)[static_cast<std::size_t>(next)].obj_id, (*accesses)[at].obj_id);
+      }
+    }
+  }
+  EXPECT_EQ(at, accesses->size());
+  const std::string path = (std::filesystem::temp_directory_path() / "kvtier_replay_accesses_test.bin").string();
+  ASSERT_TRUE(WriteOracleGeneralTrace(*accesses, path).ok());
+  EXPECT_EQ(std::filesystem::file_size(path), accesses->size() * 24);
+  Result<std::vector<ReplayAccess>> back = ReadOracleGeneralTrace(path);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->size(), accesses->size());
+  for (std::size_t i = 0; i < back->size(); ++i) {
+    EXPECT_EQ((*back)[i].obj_id, (*accesses)[i].obj_id);
+    EXPECT_EQ((*back)[i].next_access_vtime, (*accesses)[i].next_access_vtime);
+    EXPECT_EQ((*back)[i].clock_time, (*accesses)[i].clock_time);
+    EXPECT_EQ((*back)[i].obj_size, 1u);
+  }
+  std::filesystem::remove(path);
 }
 
 }  // namespace
