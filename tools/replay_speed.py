@@ -3,9 +3,11 @@
 
 `kvtier replay` times each policy's replay loop itself (`accesses_per_s`) and, with
 `--dump-accesses`, writes the block-access sequence it counts (every prompt block of every
-request, in arrival order) as a libCacheSim oracleGeneral trace. This script runs both,
-alternately, `--repeat` times, and prints JSON: the median accesses per second of each
-kvtier policy and of libCacheSim's LRU (its C loop, `process_trace`), and their ratio.
+request, in arrival order) as a libCacheSim oracleGeneral trace. This script runs kvtier's
+replay, the same through TieredStore (`--through-store`, the replay before its model) and
+libCacheSim's LRU (its C loop, `process_trace`) in turn, `--repeat` times, and prints JSON:
+the median accesses per second of each, their ratios, and whether the model's results equal
+the store's (everything but the speed).
 
 The two do not do the same work: libCacheSim's LRU looks each block up on its own and admits
 every miss; kvtier's replay keeps the prefix rule (a hit ends at the first miss), pins the
@@ -28,12 +30,14 @@ import time
 import libcachesim as lcs
 
 
-def run_kvtier(args, dump_path):
+def run_kvtier(args, extra):
     command = [args.kvtier, "replay", "--trace", args.trace, "--format", args.format,
-               "--capacity-frac", str(args.capacity_frac), "--policies", args.policies, "--json"]
-    if dump_path:
-        command += ["--dump-accesses", dump_path]
+               "--capacity-frac", str(args.capacity_frac), "--policies", args.policies, "--json"] + extra
     return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+
+
+def without_speed(report):
+    return [{k: v for k, v in r.items() if k != "accesses_per_s"} for r in report["results"]]
 
 
 def run_libcachesim(dump_path, capacity_blocks, hashpower):
@@ -58,13 +62,17 @@ def main():
 
     with tempfile.TemporaryDirectory() as tmp:
         dump_path = os.path.join(tmp, "accesses.oracleGeneral.bin")
-        speeds, lcs_seconds = {}, []
+        speeds, store_speeds, lcs_seconds = {}, {}, []
         report = None
+        results_equal = True
         for i in range(args.repeat):
-            report = run_kvtier(args, dump_path if i == 0 else None)
-            for r in report["results"]:
+            report = run_kvtier(args, ["--dump-accesses", dump_path] if i == 0 else [])
+            store = run_kvtier(args, ["--through-store"])
+            results_equal = results_equal and without_speed(report) == without_speed(store)
+            for r, t in zip(report["results"], store["results"]):
                 if r["accesses_per_s"] > 0:
                     speeds.setdefault(r["policy"], []).append(r["accesses_per_s"])
+                    store_speeds.setdefault(t["policy"], []).append(t["accesses_per_s"])
             hashpower = max(16, math.ceil(math.log2(report["unique_blocks"])))
             seconds, miss_ratio = run_libcachesim(dump_path, report["capacity_blocks"], hashpower)
             lcs_seconds.append(seconds)
@@ -80,8 +88,12 @@ def main():
         "repeat": args.repeat,
         "libcachesim_lru": {"version": "0.3.5 (PyPI)", "accesses_per_s": baseline, "hit_rate": 1 - miss_ratio,
                             "hashpower": hashpower},
+        "results_equal_through_store": results_equal,
         "kvtier": [{"policy": p, "accesses_per_s": statistics.median(v), "block_hit_rate": hit_rates[p],
-                    "vs_libcachesim_lru": statistics.median(v) / baseline} for p, v in speeds.items()],
+                    "vs_libcachesim_lru": statistics.median(v) / baseline,
+                    "through_store_accesses_per_s": statistics.median(store_speeds[p]),
+                    "vs_through_store": statistics.median(v) / statistics.median(store_speeds[p])}
+                   for p, v in speeds.items()],
     }, indent=2))
 
 

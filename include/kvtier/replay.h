@@ -59,6 +59,11 @@ struct ReplayOptions {
   // formatted afresh and parallel-FS directories emptied for each policy).
   std::optional<TierConfig> tiers;
   bool move_bytes = false;  // Default: false (metadata mode)
+  // The default setting (one tier, metadata mode, no engine) runs on a model of the store's
+  // prefix cache that makes the store's policy calls in the store's order (same hits, several
+  // times faster; docs/replay.md "Speed"). True runs it through TieredStore itself: to check
+  // the model, or to time the store. Default: false.
+  bool through_store = false;
   // Projected time to first token (docs/replay.md): each request loads its hit blocks from
   // the tiers they are in (DefaultTierCost of the tier's kind) and recomputes the rest of its
   // prompt (this model's prefill on its GPU). Default: none (no projection).

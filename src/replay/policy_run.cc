@@ -68,7 +68,9 @@ Result<std::unique_ptr<PolicyRun>> PolicyRun::Open(const std::vector<ReplayReque
 }
 
 bool PolicyRun::ModelFits(const ReplayIds& ids, const StoreTweaks& tweaks) const {
-  if (options_.tiers || options_.move_bytes || options_.engine || tweaks.head_layout) return false;
+  if (options_.through_store || options_.tiers || options_.move_bytes || options_.engine || tweaks.head_layout) {
+    return false;
+  }
   // The store refuses a Put of a block of 0 bytes as an error, which the model does not copy.
   return std::ranges::none_of(ids.blocks, [&](const ReplayBlock* b) { return BytesOf(*b) == 0; });
 }
