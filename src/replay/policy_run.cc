@@ -88,7 +88,7 @@ Status PolicyRun::OpenModel(const ReplayIds& ids, uint64_t capacity_blocks, uint
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<EvictionPolicy> policy, NewEvictionPolicy(policy_, po, predictor));
   costs_.push_back(cost);
   ids_ = &ids;
-  model_ = std::make_unique<PrefixCacheModel>(std::move(policy), ids.keys, capacity_blocks * block_bytes);
+  model_ = std::make_unique<PrefixCacheModel>(std::move(policy), ids.keys.size(), capacity_blocks * block_bytes);
   return Status::Ok();
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "policy/flat_key_map.h"
+
 namespace kvtier::replay_internal {
 namespace {
 
@@ -38,11 +40,8 @@ Result<ReplayIds> NumberBlocks(const std::vector<ReplayRequest>& requests) {
   return out;
 }
 
-PrefixCacheModel::PrefixCacheModel(std::unique_ptr<EvictionPolicy> policy, const std::vector<BlockKey>& keys,
-                                   uint64_t capacity_bytes)
-    : policy_(std::move(policy)), keys_(keys), id_of_(keys.size()), nodes_(keys.size()), capacity_(capacity_bytes) {
-  for (uint32_t id = 0; id < keys.size(); ++id) id_of_.Put(keys[id], id);
-}
+PrefixCacheModel::PrefixCacheModel(std::unique_ptr<EvictionPolicy> policy, std::size_t blocks, uint64_t capacity_bytes)
+    : policy_(std::move(policy)), nodes_(blocks), capacity_(capacity_bytes) {}
 
 std::size_t PrefixCacheModel::Lookup(std::span<const uint32_t> chain) const {
   uint32_t previous = kNoParent;
@@ -62,7 +61,7 @@ void PrefixCacheModel::Read(std::span<const uint32_t> hit, TransitionType transi
     ++nodes_[id].pins;
     Refresh(id);
   }
-  for (uint32_t id : hit) policy_->Touch(keys_[id], transition, now);
+  for (uint32_t id : hit) policy_->Touch(PolicyKey(id), transition, now);
 }
 
 void PrefixCacheModel::Release(std::span<const uint32_t> hit) {
@@ -79,7 +78,7 @@ void PrefixCacheModel::Refresh(uint32_t id) {
   const bool evictable = n.pins == 0 && !n.moving && n.children == 0;
   if (evictable == n.evictable) return;  // the store would repeat it; policies ignore a repeat
   n.evictable = evictable;
-  policy_->SetEvictable(keys_[id], evictable);
+  policy_->SetEvictable(PolicyKey(id), evictable);
 }
 
 void PrefixCacheModel::Put(std::span<const uint32_t> chain, std::span<const ReplayBlock* const> blocks, uint32_t parent,
@@ -92,7 +91,7 @@ void PrefixCacheModel::Put(std::span<const uint32_t> chain, std::span<const Repl
     Node& n = nodes_[id];
     if (n.resident) {
       if (n.parent != previous) break;  // stored under another parent: a hash collision
-      policy_->Touch(keys_[id], facts.transition, now);
+      policy_->Touch(PolicyKey(id), facts.transition, now);
       ++n.pins;
       pinned_.push_back(id);
       Refresh(id);
@@ -119,7 +118,7 @@ void PrefixCacheModel::Put(std::span<const uint32_t> chain, std::span<const Repl
 
 bool PrefixCacheModel::StoreNew(uint32_t id, const ReplayBlock& block, const ModelBlockFacts& facts, double now) {
   Node& n = nodes_[id];
-  const ResidentBlock resident{.key = keys_[id],
+  const ResidentBlock resident{.key = PolicyKey(id),
                                .bytes = n.bytes,
                                .tokens = block.tokens,
                                .type = block.type,
@@ -158,7 +157,7 @@ void PrefixCacheModel::PlanVictims(uint64_t need) {
     if (static_cast<double>(remaining) <= target && remaining + need <= capacity_) break;
     const std::optional<BlockKey> victim = policy_->Victim();
     if (!victim) break;
-    const uint32_t id = *id_of_.Find(*victim);
+    const auto id = static_cast<uint32_t>(victim->lo - 1);  // PolicyKey(id)
     Node& v = nodes_[id];
     v.moving = true;
     Refresh(id);
@@ -179,7 +178,7 @@ void PrefixCacheModel::DropVictims(double now) {
     Refresh(id);
     v.resident = false;
     used_ -= std::min<uint64_t>(used_, v.bytes);
-    policy_->Remove(keys_[id], now);
+    policy_->Remove(PolicyKey(id), now);
   }
   for (uint32_t id : batch_) Forget(id);
 }

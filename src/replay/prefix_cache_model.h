@@ -9,10 +9,12 @@
 // that tier), in the same order, as TieredStore does in that setting: Pin and Get of a
 // request's hit (store_read.cc, tiered_store.cc), Put of the rest with its chain pinned,
 // making room one batch of victims at a time (store_put.cc, store_moves.cc), leaf-first
-// forgetting (store_state.cc). The one difference: it tells the policy a block's evictability
-// only when it changes, where the store repeats it; every policy ignores a repeat
-// (eviction_policy.h: SetEvictable sets a state). So hit rates are the store's bit for bit;
-// replay_test.cc checks that against the store for every policy.
+// forgetting (store_state.cc). Two differences, neither of which a policy can see: it tells
+// the policy a block's evictability only when it changes, where the store repeats it (every
+// policy ignores a repeat: SetEvictable sets a state), and it names blocks by their dense ids
+// (PolicyKey), which saves a map from keys to ids; policies use keys only to look entries up,
+// never to order them. So hit rates are the store's bit for bit;
+// prefix_cache_model_test.cc checks that against the store for every policy.
 //
 // Thread-safety: none; one run is one thread's.
 #pragma once
@@ -24,7 +26,6 @@
 
 #include "kvtier/eviction_policy.h"
 #include "kvtier/replay.h"
-#include "policy/flat_key_map.h"
 
 namespace kvtier::replay_internal {
 
@@ -54,8 +55,8 @@ struct ModelBlockFacts {
 
 class PrefixCacheModel {
  public:
-  // `keys` (ReplayIds::keys) must outlive the model.
-  PrefixCacheModel(std::unique_ptr<EvictionPolicy> policy, const std::vector<BlockKey>& keys, uint64_t capacity_bytes);
+  // A model of `blocks` blocks (ids 0 to blocks - 1) in a tier of `capacity_bytes`.
+  PrefixCacheModel(std::unique_ptr<EvictionPolicy> policy, std::size_t blocks, uint64_t capacity_bytes);
 
   // The longest prefix of `chain` that is cached, each block under the one before it.
   std::size_t Lookup(std::span<const uint32_t> chain) const;
@@ -71,6 +72,8 @@ class PrefixCacheModel {
            const ModelBlockFacts& facts, double now);
 
   static constexpr uint32_t kNoParent = UINT32_MAX;
+  // The key the policy knows block `id` by (never {0, 0}, a key tests like to leave unused).
+  static BlockKey PolicyKey(uint32_t id) { return {0, uint64_t{id} + 1}; }
 
  private:
   struct Node {
@@ -98,8 +101,6 @@ class PrefixCacheModel {
   void Forget(uint32_t id);
 
   std::unique_ptr<EvictionPolicy> policy_;
-  const std::vector<BlockKey>& keys_;
-  policy_internal::FlatKeyMap<uint32_t> id_of_;  // the ids of the keys the policy names
   std::vector<Node> nodes_;
   const uint64_t capacity_;
   uint64_t used_ = 0;
