@@ -174,8 +174,9 @@ void PrefixCacheModel::PlanVictims(uint64_t need) {
 void PrefixCacheModel::DropVictims(double now) {
   for (uint32_t id : batch_) {
     Node& v = nodes_[id];
+    // The store ends the victim's move first, telling the policy it is evictable again, then
+    // removes it; the policy's state after the Remove is the same without that.
     v.moving = false;
-    Refresh(id);
     v.resident = false;
     used_ -= std::min<uint64_t>(used_, v.bytes);
     policy_->Remove(PolicyKey(id), now);

@@ -9,11 +9,13 @@
 // that tier), in the same order, as TieredStore does in that setting: Pin and Get of a
 // request's hit (store_read.cc, tiered_store.cc), Put of the rest with its chain pinned,
 // making room one batch of victims at a time (store_put.cc, store_moves.cc), leaf-first
-// forgetting (store_state.cc). Two differences, neither of which a policy can see: it tells
-// the policy a block's evictability only when it changes, where the store repeats it (every
-// policy ignores a repeat: SetEvictable sets a state), and it names blocks by their dense ids
-// (PolicyKey), which saves a map from keys to ids; policies use keys only to look entries up,
-// never to order them. So hit rates are the store's bit for bit;
+// forgetting (store_state.cc). Three differences, none of which changes a policy's choices:
+// it tells the policy a block's evictability only when it changes, where the store repeats
+// it (every policy ignores a repeat: SetEvictable sets a state); it leaves out the
+// SetEvictable(true) the store makes right before it removes a victim (the policy is in the
+// same state after the Remove either way); and it names blocks by their dense ids
+// (PolicyKey), which saves a map from keys to ids (policies use keys only to look entries up,
+// never to order them). So hit rates are the store's bit for bit;
 // prefix_cache_model_test.cc checks that against the store for every policy.
 //
 // Thread-safety: none; one run is one thread's.
