@@ -114,10 +114,6 @@ Status PolicyRun::OpenStore(uint64_t capacity_blocks, uint64_t block_bytes, cons
   return Status::Ok();
 }
 
-uint32_t PolicyRun::BytesOf(const ReplayBlock& b) const {
-  return static_cast<uint32_t>(b.tokens * options_.kv_bytes_per_token);
-}
-
 Result<PolicyRun::Started> PolicyRun::Start(std::size_t request) {
   const ReplayRequest& r = requests_[request];
   keys_.clear();

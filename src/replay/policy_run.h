@@ -80,7 +80,7 @@ class PolicyRun : public EngineCache {
   Status StoreOutput(std::size_t request);
   Status Store(std::size_t request, std::span<const ReplayBlock> prompt_tail, std::span<const ReplayBlock> output,
                const std::optional<BlockKey>& parent);
-  uint32_t BytesOf(const ReplayBlock& b) const;
+  uint32_t BytesOf(const ReplayBlock& b) const { return static_cast<uint32_t>(b.tokens * options_.kv_bytes_per_token); }
   // What the `gathered` split blocks of a hit whose first block is in tier `tier` add to its
   // load: their lower parts come from the tier below, not from `tier` (Lookup reports only
   // the fastest tier holding a block).
