@@ -6,8 +6,9 @@
 request, in arrival order) as a libCacheSim oracleGeneral trace. This script runs kvtier's
 replay, the same through TieredStore (`--through-store`, the replay before its model) and
 libCacheSim's LRU (its C loop, `process_trace`) in turn, `--repeat` times, and prints JSON:
-the median accesses per second of each, their ratios, and whether the model's results equal
-the store's (everything but the speed).
+the best and the median accesses per second of each (on a shared machine the best run is the
+one least disturbed by other work), their ratios (best to best), and whether the model's
+results equal the store's (everything but the speed).
 
 The two do not do the same work: libCacheSim's LRU looks each block up on its own and admits
 every miss; kvtier's replay keeps the prefix rule (a hit ends at the first miss), pins the
@@ -78,7 +79,7 @@ def main():
             lcs_seconds.append(seconds)
 
     accesses = report["accesses"]
-    baseline = accesses / statistics.median(lcs_seconds)
+    baseline = accesses / min(lcs_seconds)
     hit_rates = {r["policy"]: r["block_hit_rate"] for r in report["results"]}
     print(json.dumps({
         "trace": args.trace,
@@ -86,13 +87,14 @@ def main():
         "accesses": accesses,
         "capacity_blocks": report["capacity_blocks"],
         "repeat": args.repeat,
-        "libcachesim_lru": {"version": "0.3.5 (PyPI)", "accesses_per_s": baseline, "hit_rate": 1 - miss_ratio,
-                            "hashpower": hashpower},
+        "libcachesim_lru": {"version": "0.3.5 (PyPI)", "accesses_per_s": baseline,
+                            "median_accesses_per_s": accesses / statistics.median(lcs_seconds),
+                            "hit_rate": 1 - miss_ratio, "hashpower": hashpower},
         "results_equal_through_store": results_equal,
-        "kvtier": [{"policy": p, "accesses_per_s": statistics.median(v), "block_hit_rate": hit_rates[p],
-                    "vs_libcachesim_lru": statistics.median(v) / baseline,
-                    "through_store_accesses_per_s": statistics.median(store_speeds[p]),
-                    "vs_through_store": statistics.median(v) / statistics.median(store_speeds[p])}
+        "kvtier": [{"policy": p, "accesses_per_s": max(v), "median_accesses_per_s": statistics.median(v),
+                    "block_hit_rate": hit_rates[p], "vs_libcachesim_lru": max(v) / baseline,
+                    "through_store_accesses_per_s": max(store_speeds[p]),
+                    "vs_through_store": max(v) / max(store_speeds[p])}
                    for p, v in speeds.items()],
     }, indent=2))
 
