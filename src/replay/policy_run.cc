@@ -68,9 +68,7 @@ Result<std::unique_ptr<PolicyRun>> PolicyRun::Open(const std::vector<ReplayReque
 }
 
 bool PolicyRun::ModelFits(const ReplayIds& ids, const StoreTweaks& tweaks) const {
-  if (options_.through_store || options_.tiers || options_.move_bytes || options_.engine || tweaks.head_layout) {
-    return false;
-  }
+  if (options_.through_store || options_.tiers || options_.move_bytes || tweaks.head_layout) return false;
   // The store refuses a Put of a block of 0 bytes as an error, which the model does not copy.
   return std::ranges::none_of(ids.blocks, [&](const ReplayBlock* b) { return BytesOf(*b) == 0; });
 }
@@ -173,19 +171,43 @@ PolicyRun::Started PolicyRun::StartOnModel(std::size_t request) {
   return CountStart(request, hit, {});
 }
 
-void PolicyRun::StoreOnModel(std::size_t request, std::size_t hit) {
+void PolicyRun::StoreOnModel(std::size_t request, std::size_t hit, bool with_output) {
   const ReplayRequest& r = requests_[request];
-  const std::size_t begin = ids_->starts[request];
   // One Put of the prompt's rest and the output, as StoreRest makes.
-  const std::size_t end = options_.cache_output ? ids_->starts[request + 1] : begin + r.prompt.size();
-  const std::span<const uint32_t> chain = std::span(ids_->ids).subspan(begin + hit, end - begin - hit);
-  const std::span<const ReplayBlock* const> blocks = std::span(ids_->blocks).subspan(begin + hit, chain.size());
-  const uint32_t parent = hit > 0 ? ids_->ids[begin + hit - 1] : PrefixCacheModel::kNoParent;
+  const std::size_t end = with_output && options_.cache_output ? r.prompt.size() + r.output.size() : r.prompt.size();
+  PutOnModel(request, hit, end);
+  model_->Release(ids_->From(request, 0).first(hit));
+}
+
+void PolicyRun::StoreOutputOnModel(std::size_t request) {
+  const ReplayRequest& r = requests_[request];
+  if (!options_.cache_output || r.output.empty() || r.prompt.empty()) return;
+  PutOnModel(request, r.prompt.size(), r.prompt.size() + r.output.size());
+}
+
+void PolicyRun::PutOnModel(std::size_t request, std::size_t from, std::size_t end) {
+  const std::size_t begin = ids_->starts[request];
+  const std::span<const uint32_t> chain = std::span(ids_->ids).subspan(begin + from, end - from);
+  const std::span<const ReplayBlock* const> blocks = std::span(ids_->blocks).subspan(begin + from, end - from);
+  const uint32_t parent = from > 0 ? ids_->ids[begin + from - 1] : PrefixCacheModel::kNoParent;
   const ModelBlockFacts facts{.kv_bytes_per_token = options_.kv_bytes_per_token,
                               .recompute_seconds_per_token = options_.recompute_seconds_per_token,
-                              .transition = r.transition};
+                              .transition = requests_[request].transition};
   model_->Put(chain, blocks, parent, facts, now_);
-  model_->Release(std::span(ids_->ids).subspan(begin, hit));
+}
+
+EngineCache::Hit PolicyRun::StartPrefillOnModel(std::size_t request, std::span<const std::size_t> waiting) {
+  auto prompt = [&](std::size_t q) { return ids_->From(q, 0).first(requests_[q].prompt.size()); };
+  for (std::size_t q : waiting) {
+    if (!model_expectations_.contains(q)) model_expectations_.emplace(q, model_->Expect(prompt(q)));
+  }
+  const Started started = StartOnModel(request);
+  // From here its hit is pinned; the rest it will compute.
+  if (auto it = model_expectations_.find(request); it != model_expectations_.end()) {
+    model_->Unexpect(prompt(request), it->second);
+    model_expectations_.erase(it);
+  }
+  return {.tokens = started.hit_tokens, .load_seconds = started.load_seconds};
 }
 
 double PolicyRun::SplitLoadSeconds(uint64_t gathered, int tier, uint32_t block_bytes) const {
@@ -260,7 +282,7 @@ Result<ReplayPolicyResult> PolicyRun::ServeInstantly() {
       projected_tokens += started.prompt_tokens;
     }
     if (model_) {
-      StoreOnModel(q, started.hit_blocks);
+      StoreOnModel(q, started.hit_blocks, /*with_output=*/true);
       continue;
     }
     const Status stored = StoreRest(q, started.hit_blocks, /*with_output=*/true);
@@ -323,6 +345,7 @@ Result<ReplayPolicyResult> PolicyRun::ServeThroughEngine(const EngineOptions& en
 EngineCache::Hit PolicyRun::StartPrefill(std::size_t request, double now, std::span<const std::size_t> waiting) {
   if (!error_.ok()) return {};
   now_ = std::max(now_, now);
+  if (model_) return StartPrefillOnModel(request, waiting);
   ExpectQueued(waiting);
   Result<Started> started = Start(request);
   // From here its hit is pinned; the rest it will compute.
@@ -346,6 +369,7 @@ void PolicyRun::ExpectQueued(std::span<const std::size_t> waiting) {
 void PolicyRun::PrefillDone(std::size_t request, double now) {
   if (!error_.ok()) return;
   now_ = std::max(now_, now);
+  if (model_) return StoreOnModel(request, hit_blocks_[request], /*with_output=*/false);
   const Status stored = StoreRest(request, hit_blocks_[request], /*with_output=*/false);
   pins_.erase(request);
   if (!stored.ok()) error_ = stored;
@@ -354,6 +378,7 @@ void PolicyRun::PrefillDone(std::size_t request, double now) {
 void PolicyRun::Finished(std::size_t request, double now) {
   if (!error_.ok()) return;
   now_ = std::max(now_, now);
+  if (model_) return StoreOutputOnModel(request);
   const Status stored = StoreOutput(request);
   if (!stored.ok()) error_ = stored;
 }

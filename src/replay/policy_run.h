@@ -30,9 +30,9 @@ struct StoreTweaks {
 
 class PolicyRun : public EngineCache {
  public:
-  // With `ids` (the requests' blocks numbered, which must outlive the run), a run of the
-  // default setting (one tier evicting on demand, metadata only, no engine, no tweaks) goes
-  // through PrefixCacheModel, which replays it as the store does, several times faster.
+  // With `ids` (the requests' blocks numbered, which must outlive the run), a run of one
+  // tier evicting on demand in metadata mode, without tweaks, goes through PrefixCacheModel,
+  // which replays it as the store does, several times faster.
   static Result<std::unique_ptr<PolicyRun>> Open(const std::vector<ReplayRequest>& requests, PolicyKind policy,
                                                  uint64_t capacity_blocks, uint64_t block_bytes,
                                                  const ReplayOptions& options, const StoreTweaks& tweaks = {},
@@ -68,9 +68,13 @@ class PolicyRun : public EngineCache {
   // Looks the request's prompt up and reads its hit prefix, which stays pinned (in `pins_`)
   // until its prompt is stored. Counts the accesses and hits.
   Result<Started> Start(std::size_t request);
-  // Start on the model, and the rest of the request stored after it (its hit released).
+  // Start, StoreRest (its hit released after it), StoreOutput and StartPrefill on the model.
   Started StartOnModel(std::size_t request);
-  void StoreOnModel(std::size_t request, std::size_t hit);
+  void StoreOnModel(std::size_t request, std::size_t hit, bool with_output);
+  void StoreOutputOnModel(std::size_t request);
+  Hit StartPrefillOnModel(std::size_t request, std::span<const std::size_t> waiting);
+  // One Put of the request's blocks [from, end) (prompt, then output) under the one before.
+  void PutOnModel(std::size_t request, std::size_t from, std::size_t end);
   // The counts of a request that hit `hit` blocks, the i-th from tier `tiers[i]` (empty: all
   // from tier 0).
   Started CountStart(std::size_t request, std::size_t hit, std::span<const int> tiers);
@@ -104,6 +108,7 @@ class PolicyRun : public EngineCache {
   std::vector<std::size_t> hit_blocks_;   // per request, once started
   std::map<std::size_t, StorePin> pins_;  // requests whose prefix is held while they prefill
   std::map<std::size_t, StoreExpectation> expectations_;  // queued requests, told to the store
+  std::map<std::size_t, uint64_t> model_expectations_;     // or to the model, with their orders
   Status error_;
   // Per call scratch space, kept to save allocations.
   std::vector<BlockKey> keys_;

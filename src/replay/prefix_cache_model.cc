@@ -98,7 +98,9 @@ void PrefixCacheModel::Put(std::span<const uint32_t> chain, std::span<const Repl
       previous = id;
       continue;
     }
-    // Indexed under `previous` first: the room made for it must not take its parent.
+    // Indexed under `previous` first (the room made for it must not take its parent), which
+    // the index must hold: an output whose prompt has left is not stored.
+    if (previous != kNoParent && !nodes_[previous].indexed) break;
     n.indexed = true;
     n.parent = previous;
     n.bytes = static_cast<uint32_t>(blocks[i]->tokens * facts.kv_bytes_per_token);
@@ -123,7 +125,8 @@ bool PrefixCacheModel::StoreNew(uint32_t id, const ReplayBlock& block, const Mod
                                .tokens = block.tokens,
                                .type = block.type,
                                .transition = facts.transition,
-                               .recompute_seconds = block.tokens * facts.recompute_seconds_per_token};
+                               .recompute_seconds = block.tokens * facts.recompute_seconds_per_token,
+                               .expected_order = expected_.Soonest(PolicyKey(id))};
   const bool full = used_ + n.bytes > capacity_;
   if (full && policy_->ShouldAdmit(resident, now)) MakeRoom(n.bytes, now);
   if (used_ + n.bytes > capacity_) {  // refused, or no room could be made
@@ -138,6 +141,23 @@ bool PrefixCacheModel::StoreNew(uint32_t id, const ReplayBlock& block, const Mod
   n.evictable = true;  // an admitted block starts evictable (eviction_policy.h)
   Refresh(id);
   return true;
+}
+
+uint64_t PrefixCacheModel::Expect(std::span<const uint32_t> chain) {
+  const uint64_t order = ++expect_sequence_;
+  // Orders only grow, so a block's soonest read changes only when this is its first.
+  for (uint32_t id : chain) {
+    if (expected_.Add(PolicyKey(id), order) == order && nodes_[id].resident) policy_->Expect(PolicyKey(id), order);
+  }
+  return order;
+}
+
+void PrefixCacheModel::Unexpect(std::span<const uint32_t> chain, uint64_t order) {
+  for (uint32_t id : chain) {
+    const bool was_soonest = expected_.Soonest(PolicyKey(id)) == order;
+    const std::optional<uint64_t> soonest = expected_.Remove(PolicyKey(id), order);
+    if (was_soonest && nodes_[id].resident) policy_->Expect(PolicyKey(id), soonest);
+  }
 }
 
 void PrefixCacheModel::MakeRoom(uint64_t need, double now) {

@@ -28,6 +28,7 @@
 
 #include "kvtier/eviction_policy.h"
 #include "kvtier/replay.h"
+#include "store/expected_reads.h"
 
 namespace kvtier::replay_internal {
 
@@ -72,6 +73,11 @@ class PrefixCacheModel {
   // hashes), ends the chain.
   void Put(std::span<const uint32_t> chain, std::span<const ReplayBlock* const> blocks, uint32_t parent,
            const ModelBlockFacts& facts, double now);
+  // A queued request will read `chain` (TieredStore::Expect): returns the order that ranks
+  // it, which Unexpect takes when the request no longer waits. The policy hears of each
+  // block's soonest expected read whenever it changes or the block becomes resident.
+  uint64_t Expect(std::span<const uint32_t> chain);
+  void Unexpect(std::span<const uint32_t> chain, uint64_t order);
 
   static constexpr uint32_t kNoParent = UINT32_MAX;
   // The key the policy knows block `id` by (never {0, 0}, a key tests like to leave unused).
@@ -103,6 +109,8 @@ class PrefixCacheModel {
   void Forget(uint32_t id);
 
   std::unique_ptr<EvictionPolicy> policy_;
+  store_internal::ExpectedReads expected_;  // by PolicyKey
+  uint64_t expect_sequence_ = 0;            // the last Expect's order
   std::vector<Node> nodes_;
   const uint64_t capacity_;
   uint64_t used_ = 0;

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <random>
 
+#include "kvtier/model_catalog.h"
 #include "replay/policy_run.h"
 
 namespace kvtier::replay_internal {
@@ -13,8 +15,9 @@ namespace {
 // Chat-like sessions over shared system prompts, with what makes a prefix cache's corner
 // cases: partial last blocks (smaller), outputs chained after prompts, a block key reused
 // under another parent (a hash collision) and one repeated inside a chain, every block type
-// and transition, and gaps long enough for the Bayesian predictor's horizon to pass.
-std::vector<ReplayRequest> CornerCaseTrace(uint64_t seed) {
+// and transition, and gaps long enough for the Bayesian predictor's horizon to pass (times
+// `time_scale`: small, requests arrive faster than an engine serves them).
+std::vector<ReplayRequest> CornerCaseTrace(uint64_t seed, double time_scale = 1) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> session(0, 39), new_blocks(0, 5), tokens(1, 16), tag(0, 3), gap(0, 9);
   std::vector<std::vector<ReplayBlock>> history(40);
@@ -28,7 +31,7 @@ std::vector<ReplayRequest> CornerCaseTrace(uint64_t seed) {
       const uint64_t prompt = next_key % 5;
       for (uint64_t k = 0; k < 4; ++k) h.push_back({.key = {prompt, k + 1}, .tokens = 16, .type = BlockType::kSystemPrompt});
     }
-    ReplayRequest r{.arrival_s = now += gap(rng), .transition = static_cast<TransitionType>(tag(rng)), .prompt = h};
+    ReplayRequest r{.arrival_s = now += gap(rng) * time_scale, .transition = static_cast<TransitionType>(tag(rng)), .prompt = h};
     for (int k = new_blocks(rng); k > 0; --k) {
       r.prompt.push_back({.key = {9, next_key++}, .tokens = 16, .type = static_cast<BlockType>(tag(rng))});
     }
@@ -43,13 +46,14 @@ std::vector<ReplayRequest> CornerCaseTrace(uint64_t seed) {
   return trace;
 }
 
-Result<ReplayPolicyResult> ServeOnArrival(const std::vector<ReplayRequest>& trace, PolicyKind policy,
-                                          uint64_t capacity_blocks,
-                               const ReplayOptions& options, const ReplayIds* ids) {
+// One policy's run, on the model with `ids`, else through the store; through the engine model
+// when the options have one.
+Result<ReplayPolicyResult> Serve(const std::vector<ReplayRequest>& trace, PolicyKind policy, uint64_t capacity_blocks,
+                                 const ReplayOptions& options, const ReplayIds* ids) {
   const uint64_t block_bytes = 16ull * options.kv_bytes_per_token;
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<PolicyRun> run,
                           PolicyRun::Open(trace, policy, capacity_blocks, block_bytes, options, {}, ids));
-  return run->ServeInstantly();
+  return options.engine ? run->ServeThroughEngine(*options.engine) : run->ServeInstantly();
 }
 
 TEST(PrefixCacheModel, NumbersEachKeyOnceInOrderOfFirstUse) {
@@ -87,8 +91,8 @@ TEST(PrefixCacheModel, HitsEqualTheStoresForEveryPolicy) {
         SCOPED_TRACE(std::string(PolicyKindName(policy)) + " capacity " + std::to_string(capacity) +
                      (cache_output ? " with outputs" : " prompts only"));
         options.cache_output = cache_output;
-        Result<ReplayPolicyResult> store = ServeOnArrival(trace, policy, capacity, options, nullptr);
-        Result<ReplayPolicyResult> model = ServeOnArrival(trace, policy, capacity, options, &*ids);
+        Result<ReplayPolicyResult> store = Serve(trace, policy, capacity, options, nullptr);
+        Result<ReplayPolicyResult> model = Serve(trace, policy, capacity, options, &*ids);
         ASSERT_TRUE(store.ok()) << store.status().ToString();
         ASSERT_TRUE(model.ok()) << model.status().ToString();
         EXPECT_EQ(model->accesses, store->accesses);
@@ -99,6 +103,44 @@ TEST(PrefixCacheModel, HitsEqualTheStoresForEveryPolicy) {
       }
     }
   }
+}
+
+// Through the engine model the store also hears of queued requests (Expect), and a request's
+// prompt and output are stored at different times: the model must still match it.
+TEST(PrefixCacheModel, ReplaysThroughTheEngineExactlyAsTheStore) {
+  const std::vector<ReplayRequest> trace = CornerCaseTrace(11, /*time_scale=*/0.0002);
+  Result<ReplayIds> ids = NumberBlocks(trace);
+  ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+  ReplayOptions options;
+  Result<ModelSpec> model = LoadCatalogModel("llama-3-8b");
+  Result<GpuSpec> gpu = GpuPreset("h100-sxm");
+  ASSERT_TRUE(model.ok() && gpu.ok());
+  options.cost_model = PrefillCostModel::Create(*model, *gpu).value();
+  options.predictor_horizon_s = 0.05;
+  uint64_t waiting = 0;
+  std::map<PolicyKind, uint64_t> hits;
+  for (const PolicyKind policy : options.policies) {
+    for (const uint64_t capacity : {40u, 400u}) {
+      for (const uint32_t engines : {1u, 2u}) {
+        SCOPED_TRACE(std::string(PolicyKindName(policy)) + " capacity " + std::to_string(capacity) + " engines " +
+                     std::to_string(engines));
+        options.engine = EngineOptions{.engines = engines};
+        Result<ReplayPolicyResult> store = Serve(trace, policy, capacity, options, nullptr);
+        Result<ReplayPolicyResult> on_model = Serve(trace, policy, capacity, options, &*ids);
+        ASSERT_TRUE(store.ok()) << store.status().ToString();
+        ASSERT_TRUE(on_model.ok()) << on_model.status().ToString();
+        EXPECT_EQ(on_model->hit_blocks, store->hit_blocks);
+        EXPECT_EQ(on_model->hit_tokens, store->hit_tokens);
+        ASSERT_TRUE(store->engine && on_model->engine);
+        EXPECT_EQ(on_model->engine->ttft_p99_s, store->engine->ttft_p99_s);
+        EXPECT_EQ(on_model->engine->waiting_p99, store->engine->waiting_p99);
+        waiting = std::max(waiting, store->engine->waiting_p99);
+        hits[policy] += store->hit_blocks;
+      }
+    }
+  }
+  EXPECT_GT(waiting, 2u) << "requests must queue, or nothing is expected";
+  EXPECT_NE(hits[PolicyKind::kPredictive], hits[PolicyKind::kLru]) << "the expectations must matter";
 }
 
 // The dump libCacheSim reads (tools/replay_speed.py) is the replay's access sequence: its
