@@ -8,9 +8,9 @@
 // (engines keep decode KV). The store is the real TieredStore with the real policies, run
 // with synchronous moves so that a replay is deterministic; in metadata mode (the default)
 // no bytes move, in data mode every block's bytes go through the configured tiers. In the
-// default setting (one tier, metadata mode, no engine model) a model of the store that makes
-// the store's policy calls in its order stands in for it: same hits, several times faster
-// (ReplayOptions::through_store).
+// default setting (one tier, metadata mode, with or without the engine model) a model of
+// the store that makes the store's policy calls in its order stands in for it: same hits,
+// several times faster (ReplayOptions::through_store).
 //
 // Thread-safety: Replay is a pure function of its inputs; calls may run concurrently.
 #pragma once
@@ -62,7 +62,7 @@ struct ReplayOptions {
   // formatted afresh and parallel-FS directories emptied for each policy).
   std::optional<TierConfig> tiers;
   bool move_bytes = false;  // Default: false (metadata mode)
-  // The default setting (one tier, metadata mode, no engine) runs on a model of the store's
+  // The default setting (one tier, metadata mode) runs on a model of the store's
   // prefix cache that makes the store's policy calls in the store's order (same hits, several
   // times faster; docs/replay.md "Speed"). True runs it through TieredStore itself: to check
   // the model, or to time the store. Default: false.

@@ -1,5 +1,5 @@
 // PrefixCacheModel: the replay's default setting (one tier that evicts on demand, metadata
-// only, served on arrival) without the store. TieredStore does there what an engine's prefix
+// only; served on arrival or through the engine model) without the store. TieredStore does there what an engine's prefix
 // cache does, but through a mutex, a prefix index behind a reader-writer lock, a hash map of
 // 16-byte keys and a few vectors per call; this model keeps the same facts per block in
 // arrays indexed by dense ids (ReplayIds, numbered once per replay) and so replays several
