@@ -7,7 +7,10 @@
 // stores the rest of its chain, and its generated blocks after it when the trace has them
 // (engines keep decode KV). The store is the real TieredStore with the real policies, run
 // with synchronous moves so that a replay is deterministic; in metadata mode (the default)
-// no bytes move, in data mode every block's bytes go through the configured tiers.
+// no bytes move, in data mode every block's bytes go through the configured tiers. In the
+// default setting (one tier, metadata mode, with or without the engine model) a model of
+// the store that makes the store's policy calls in its order stands in for it: same hits,
+// several times faster (ReplayOptions::through_store).
 //
 // Thread-safety: Replay is a pure function of its inputs; calls may run concurrently.
 #pragma once
@@ -59,6 +62,11 @@ struct ReplayOptions {
   // formatted afresh and parallel-FS directories emptied for each policy).
   std::optional<TierConfig> tiers;
   bool move_bytes = false;  // Default: false (metadata mode)
+  // The default setting (one tier, metadata mode) runs on a model of the store's
+  // prefix cache that makes the store's policy calls in the store's order (same hits, several
+  // times faster; docs/replay.md "Speed"). True runs it through TieredStore itself: to check
+  // the model, or to time the store. Default: false.
+  bool through_store = false;
   // Projected time to first token (docs/replay.md): each request loads its hit blocks from
   // the tiers they are in (DefaultTierCost of the tier's kind) and recomputes the rest of its
   // prompt (this model's prefill on its GPU). Default: none (no projection).
@@ -114,6 +122,26 @@ struct ReplayGapReport {
   ReplayPolicyResult store_lru;
   GapAnalysis gap;
 };
+
+// The replay's block accesses, for other simulators to run the same sequence (libCacheSim:
+// tools/replay_speed.py). One record per prompt block of every request in arrival order: the
+// accesses a replay counts (generated blocks are stored, never looked up, so they are not
+// accesses). `obj_id` numbers blocks in order of first appearance (generated blocks take
+// numbers too), `obj_size` is 1 so that a capacity in blocks is one in "bytes",
+// `clock_time` is the request's arrival in whole seconds, `next_access_vtime` the position
+// of the block's next access (-1: none), as libCacheSim's oracleGeneral format has them.
+struct ReplayAccess {
+  uint32_t clock_time = 0;
+  uint64_t obj_id = 0;
+  uint32_t obj_size = 1;
+  int64_t next_access_vtime = -1;
+};
+Result<std::vector<ReplayAccess>> ReplayAccesses(const std::vector<ReplayRequest>& requests);
+// libCacheSim's oracleGeneral binary trace: 24-byte little-endian packed records in the
+// field order above. IoError when the file cannot be written or read; InvalidArgument when
+// its size is not a whole number of records.
+Status WriteOracleGeneralTrace(const std::vector<ReplayAccess>& accesses, const std::string& path);
+Result<std::vector<ReplayAccess>> ReadOracleGeneralTrace(const std::string& path);
 
 Result<ReplayGapReport> AnalyzeReplayGap(const std::vector<ReplayRequest>& requests, const ReplayOptions& options,
                                          const GapAnalysisOptions& gap_options = {});

@@ -52,6 +52,8 @@ struct ReplayCommandOptions {
   std::vector<uint64_t> lookahead = {8, 32, 128, 512};
   bool ablation = false;     // the full system and each part removed (ablation.h)
   bool tier_ladder = false;  // the full system on 1, 2, ... of its tiers
+  std::string dump_accesses;  // write the access sequence here (libCacheSim's oracleGeneral)
+  bool through_store = false;  // ReplayOptions::through_store
 };
 
 Result<std::vector<PolicyKind>> ParsePolicies(const std::string& list) {
@@ -333,6 +335,11 @@ int Run(const ReplayCommandOptions& o) {
   if (!requests.ok()) return fail(requests.status());
   Result<std::vector<PolicyKind>> policies = ParsePolicies(o.policies);
   if (!policies.ok()) return fail(policies.status());
+  if (!o.dump_accesses.empty()) {
+    Result<std::vector<ReplayAccess>> accesses = ReplayAccesses(*requests);
+    if (!accesses.ok()) return fail(accesses.status());
+    if (Status written = WriteOracleGeneralTrace(*accesses, o.dump_accesses); !written.ok()) return fail(written);
+  }
 
   ReplayOptions options;
   options.policies = *policies;
@@ -365,6 +372,7 @@ int Run(const ReplayCommandOptions& o) {
   options.capacity_blocks = o.capacity_blocks;
   options.capacity_fraction = o.capacity_fraction;
   options.cache_output = !o.no_output;
+  options.through_store = o.through_store;
   const nlohmann::json about = {{"trace", o.trace},
                                 {"format", o.format},
                                 {"tokenizer", trace->metadata.tokenizer},
@@ -375,7 +383,8 @@ int Run(const ReplayCommandOptions& o) {
                                 {"kv_bytes_per_token", options.kv_bytes_per_token},
                                 {"tiers", o.tier_config.empty() ? "one tier of --capacity-blocks/--capacity-frac" : o.tier_config},
                                 {"mode", o.move_bytes ? "data" : "metadata"},
-                                {"cache_output", options.cache_output}};
+                                {"cache_output", options.cache_output},
+                                {"through_store", options.through_store}};
   if (o.ablation || o.tier_ladder) return RunAblationCommand(o, *requests, options, *model, about);
   if (!o.analyze.empty() && o.analyze != "gap") {
     return fail(Status::InvalidArgument("--analyze: unknown analysis '" + o.analyze + "' (known: gap)"));
@@ -452,6 +461,10 @@ void AddReplayCommand(CLI::App& app, int& exit_code) {
                 "The full system, then without prediction, multi-tier, head-granular eviction, prefetch (docs/replay.md)");
   cmd->add_flag("--tier-ladder", o->tier_ladder,
                 "The full system on its first tier only, then + each lower tier (the paper's ladder by default)");
+  cmd->add_option("--dump-accesses", o->dump_accesses,
+                  "Also write the block-access sequence here, in libCacheSim's oracleGeneral format (replay.h)");
+  cmd->add_flag("--through-store", o->through_store,
+                "Run the default setting through TieredStore, not its faster model (same hits; to check or time it)");
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o, &exit_code] { exit_code = Run(*o); });
 }

@@ -155,7 +155,7 @@ class BayesPolicy final : public EvictionPolicy {
       if (heaps_[pair].empty()) continue;
       const uint32_t id = heaps_[pair].top();
       const BayesEntry& entry = table_[id];
-      const double score = std::log(predictor_->PReuse(entry.type, entry.transition)) + entry.rank;
+      const double score = LogPReuse(pair, entry.type, entry.transition) + entry.rank;
       if (best == kNoId || score < best_score || (score == best_score && Older(entry, table_[best]))) {
         best = id;
         best_score = score;
@@ -199,6 +199,16 @@ class BayesPolicy final : public EvictionPolicy {
   PairHeap& Heap(const BayesEntry& entry) {
     return heaps_[entry.expired ? kExpiredBucket
                                 : static_cast<std::size_t>(ReusePairIndex(entry.type, entry.transition))];
+  }
+
+  // ln P_reuse of pair `pair` (= ReusePairIndex(type, transition)), taken again only when the
+  // predictor's estimate moved: Victim weighs up to 16 pairs per call and most calls find
+  // every estimate where it was.
+  double LogPReuse(std::size_t pair, BlockType type, TransitionType transition) {
+    const double p = predictor_->PReuse(type, transition);
+    LogP& cached = log_p_[pair];
+    if (p != cached.p) cached = {.p = p, .log_p = std::log(p)};
+    return cached.log_p;
   }
 
   // Starts the block's next interval: a live block, last accessed now, with `transition`.
@@ -258,6 +268,11 @@ class BayesPolicy final : public EvictionPolicy {
   std::vector<PairHeap> heaps_;  // 16 pairs by rank, then the expired blocks by age; evictable only
   IdList<Link> live_;         // not-expired blocks, least recently accessed first
   GhostQueue<BayesGhost> ghost_;
+  struct LogP {
+    double p = std::numeric_limits<double>::quiet_NaN();  // unequal to any estimate: none cached
+    double log_p = 0;
+  };
+  std::array<LogP, kReusePairCount> log_p_;
   double now_ = 0;
   uint64_t sequence_ = 0;
 };

@@ -1,98 +1,90 @@
 // GhostQueue: keys (and a small value each) of blocks that recently left, oldest first, for
-// S3-FIFO's ghost, ARC's B1/B2 and Bayes's unresolved evictions. A hit takes a key out of
-// the middle in O(1): the map forgets it and its FIFO record turns stale (its stamp no
-// longer matches) and is skipped when it reaches the front. The FIFO is compacted when
-// stale records outnumber live ones, so memory stays O(live) and every operation O(1)
-// amortized.
+// S3-FIFO's ghost, ARC's B1/B2 and Bayes's unresolved evictions. The ghosts are entries of an
+// EntryTable linked in an intrusive list in the order they were pushed, so a hit takes a key
+// out of the middle in O(1) and the oldest ghost is the list's front, read without a lookup
+// (Bayes peeks at it on every call; a FIFO of stamped records checked against the map cost a
+// cache miss there, and more for the stale records a hit left behind). Every operation is
+// O(1); no allocation once the table has grown.
 //
 // Thread-safety: none (owned by one policy).
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "kvtier/block.h"
-#include "policy/flat_key_map.h"
+#include "policy/entry_table.h"
+#include "policy/id_list.h"
 
 namespace kvtier::policy_internal {
 
 template <typename V>
 class GhostQueue {
  public:
-  std::size_t size() const { return live_.size(); }
+  GhostQueue() : order_(Link{table_.entries()}) {}
+  // The list links into the table's own vector.
+  GhostQueue(const GhostQueue&) = delete;
+  GhostQueue& operator=(const GhostQueue&) = delete;
+
+  std::size_t size() const { return table_.size(); }
 
   // Adds `key` as the newest ghost (replacing an older ghost of the same key).
   void Push(const BlockKey& key, const V& value) {
-    const uint64_t stamp = ++stamp_;
-    live_.Put(key, Live{value, stamp});
-    fifo_.push_back(Record{key, stamp});
-    if (fifo_.size() > 2 * live_.size() + 64) Compact();
+    if (const uint32_t old = table_.Find(key); old != kNoId) Forget(old);
+    const uint32_t id = table_.Insert(key);
+    table_[id].value = value;
+    order_.PushBack(id);
   }
 
   // Removes and returns the ghost of `key`, if any.
   std::optional<V> Take(const BlockKey& key) {
-    Live* live = live_.Find(key);
-    if (live == nullptr) return std::nullopt;
-    const V value = live->value;
-    live_.Erase(key);
+    const uint32_t id = table_.Find(key);
+    if (id == kNoId) return std::nullopt;
+    const V value = table_[id].value;
+    Forget(id);
     return value;
   }
 
-  bool Contains(const BlockKey& key) const { return live_.Find(key) != nullptr; }
+  bool Contains(const BlockKey& key) const { return table_.Find(key) != kNoId; }
 
   // Removes and returns the oldest ghost.
   std::optional<std::pair<BlockKey, V>> PopOldest() {
-    while (!fifo_.empty()) {
-      const Record record = fifo_.front();
-      fifo_.pop_front();
-      Live* live = live_.Find(record.key);
-      if (live == nullptr || live->stamp != record.stamp) continue;  // stale
-      std::pair<BlockKey, V> out{record.key, live->value};
-      live_.Erase(record.key);
-      return out;
-    }
-    return std::nullopt;
+    std::optional<std::pair<BlockKey, V>> oldest = PeekOldest();
+    if (oldest) Forget(order_.front());
+    return oldest;
   }
 
   // The oldest ghost, not removed.
-  std::optional<std::pair<BlockKey, V>> PeekOldest() {
-    while (!fifo_.empty()) {
-      const Record& record = fifo_.front();
-      const Live* live = live_.Find(record.key);
-      if (live != nullptr && live->stamp == record.stamp) return std::pair<BlockKey, V>{record.key, live->value};
-      fifo_.pop_front();
-    }
-    return std::nullopt;
+  std::optional<std::pair<BlockKey, V>> PeekOldest() const {
+    if (order_.empty()) return std::nullopt;
+    const Ghost& ghost = table_[order_.front()];
+    return std::pair<BlockKey, V>{ghost.key, ghost.value};
   }
 
   void TrimTo(std::size_t max_size) {
-    while (live_.size() > max_size) (void)PopOldest();
+    while (size() > max_size) Forget(order_.front());
   }
 
  private:
-  struct Live {
-    V value{};
-    uint64_t stamp = 0;
-  };
-  struct Record {
+  struct Ghost {
     BlockKey key;
-    uint64_t stamp = 0;
+    V value{};
+    ListLink link;
+  };
+  struct Link {
+    std::vector<Ghost>* entries;
+    ListLink& operator()(uint32_t id) const { return (*entries)[id].link; }
   };
 
-  void Compact() {
-    std::deque<Record> kept;
-    for (const Record& record : fifo_) {
-      const Live* live = live_.Find(record.key);
-      if (live != nullptr && live->stamp == record.stamp) kept.push_back(record);
-    }
-    fifo_ = std::move(kept);
+  void Forget(uint32_t id) {
+    order_.Unlink(id);
+    table_.Erase(id);
   }
 
-  FlatKeyMap<Live> live_;
-  std::deque<Record> fifo_;
-  uint64_t stamp_ = 0;
+  EntryTable<Ghost> table_;
+  IdList<Link> order_;
 };
 
 }  // namespace kvtier::policy_internal

@@ -56,10 +56,38 @@ PolicyRun::PolicyRun(const std::vector<ReplayRequest>& requests, PolicyKind poli
 
 Result<std::unique_ptr<PolicyRun>> PolicyRun::Open(const std::vector<ReplayRequest>& requests, PolicyKind policy,
                                                    uint64_t capacity_blocks, uint64_t block_bytes,
-                                                   const ReplayOptions& options, const StoreTweaks& tweaks) {
+                                                   const ReplayOptions& options, const StoreTweaks& tweaks,
+                                                   const ReplayIds* ids) {
   std::unique_ptr<PolicyRun> run(new PolicyRun(requests, policy, options));
-  KVTIER_RETURN_IF_ERROR(run->OpenStore(capacity_blocks, block_bytes, tweaks));
+  if (ids != nullptr && run->ModelFits(*ids, tweaks)) {
+    KVTIER_RETURN_IF_ERROR(run->OpenModel(*ids, capacity_blocks, block_bytes));
+  } else {
+    KVTIER_RETURN_IF_ERROR(run->OpenStore(capacity_blocks, block_bytes, tweaks));
+  }
   return run;
+}
+
+bool PolicyRun::ModelFits(const ReplayIds& ids, const StoreTweaks& tweaks) const {
+  if (options_.through_store || options_.tiers || options_.move_bytes || tweaks.head_layout) return false;
+  // The store refuses a Put of a block of 0 bytes as an error, which the model does not copy.
+  return std::ranges::none_of(ids.blocks, [&](const ReplayBlock* b) { return BytesOf(*b) == 0; });
+}
+
+Status PolicyRun::OpenModel(const ReplayIds& ids, uint64_t capacity_blocks, uint64_t block_bytes) {
+  // As TieredStore::Open sets up the policy of its one tier, a CapacityTier of kind cpu_dram.
+  const TierCost cost = DefaultTierCost(TierKind::kCpuDram);
+  StoreOptions so;
+  PolicyOptions po = so.policy_options;
+  po.tier_bandwidth_bytes_per_s = cost.bandwidth_bytes_per_s;
+  po.tier_latency_s = cost.latency_s;
+  po.bayes_learn = true;
+  if (options_.predictor_horizon_s > 0) so.predictor.horizon_s = options_.predictor_horizon_s;
+  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<ReusePredictor> predictor, ReusePredictor::Create(so.predictor));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<EvictionPolicy> policy, NewEvictionPolicy(policy_, po, predictor));
+  costs_.push_back(cost);
+  ids_ = &ids;
+  model_ = std::make_unique<PrefixCacheModel>(std::move(policy), ids.keys.size(), capacity_blocks * block_bytes);
+  return Status::Ok();
 }
 
 Status PolicyRun::OpenStore(uint64_t capacity_blocks, uint64_t block_bytes, const StoreTweaks& tweaks) {
@@ -84,29 +112,13 @@ Status PolicyRun::OpenStore(uint64_t capacity_blocks, uint64_t block_bytes, cons
   return Status::Ok();
 }
 
-uint32_t PolicyRun::BytesOf(const ReplayBlock& b) const {
-  return static_cast<uint32_t>(b.tokens * options_.kv_bytes_per_token);
-}
-
 Result<PolicyRun::Started> PolicyRun::Start(std::size_t request) {
   const ReplayRequest& r = requests_[request];
   keys_.clear();
   for (const ReplayBlock& b : r.prompt) keys_.push_back(b.key);
   const LookupResult found = store_->Lookup(keys_);
   const std::size_t hit = found.prefix_blocks;
-  hit_blocks_[request] = hit;
-  Started started{.hit_blocks = hit};
-  for (std::size_t i = 0; i < r.prompt.size(); ++i) {
-    started.prompt_tokens += r.prompt[i].tokens;
-    if (i < hit) {
-      started.hit_tokens += r.prompt[i].tokens;
-      started.load_seconds += costs_[static_cast<std::size_t>(found.tier[i])].LoadSeconds(BytesOf(r.prompt[i]));
-    }
-  }
-  out_.accesses += r.prompt.size();
-  out_.hit_blocks += hit;
-  out_.tokens += started.prompt_tokens;
-  out_.hit_tokens += started.hit_tokens;
+  Started started = CountStart(request, hit, found.tier);
   // The request holds its prefix while it runs, as an engine does: the moves its reads
   // cause (promotion, prefetch, demotion below) must not drop the blocks it extends.
   KVTIER_ASSIGN_OR_RETURN(StorePin pin, store_->Pin(std::span(keys_).first(hit)));
@@ -130,6 +142,72 @@ Result<PolicyRun::Started> PolicyRun::Start(std::size_t request) {
     }
   }
   return started;
+}
+
+PolicyRun::Started PolicyRun::CountStart(std::size_t request, std::size_t hit, std::span<const int> tiers) {
+  const ReplayRequest& r = requests_[request];
+  hit_blocks_[request] = hit;
+  Started started{.hit_blocks = hit};
+  for (std::size_t i = 0; i < r.prompt.size(); ++i) {
+    started.prompt_tokens += r.prompt[i].tokens;
+    if (i < hit) {
+      const std::size_t tier = tiers.empty() ? 0 : static_cast<std::size_t>(tiers[i]);
+      started.hit_tokens += r.prompt[i].tokens;
+      started.load_seconds += costs_[tier].LoadSeconds(BytesOf(r.prompt[i]));
+    }
+  }
+  out_.accesses += r.prompt.size();
+  out_.hit_blocks += hit;
+  out_.tokens += started.prompt_tokens;
+  out_.hit_tokens += started.hit_tokens;
+  return started;
+}
+
+PolicyRun::Started PolicyRun::StartOnModel(std::size_t request) {
+  const ReplayRequest& r = requests_[request];
+  const std::span<const uint32_t> prompt = ids_->From(request, 0).first(r.prompt.size());
+  const std::size_t hit = model_->Lookup(prompt);
+  model_->Read(prompt.first(hit), r.transition, now_);
+  return CountStart(request, hit, {});
+}
+
+void PolicyRun::StoreOnModel(std::size_t request, std::size_t hit, bool with_output) {
+  const ReplayRequest& r = requests_[request];
+  // One Put of the prompt's rest and the output, as StoreRest makes.
+  const std::size_t end = with_output && options_.cache_output ? r.prompt.size() + r.output.size() : r.prompt.size();
+  PutOnModel(request, hit, end);
+  model_->Release(ids_->From(request, 0).first(hit));
+}
+
+void PolicyRun::StoreOutputOnModel(std::size_t request) {
+  const ReplayRequest& r = requests_[request];
+  if (!options_.cache_output || r.output.empty() || r.prompt.empty()) return;
+  PutOnModel(request, r.prompt.size(), r.prompt.size() + r.output.size());
+}
+
+void PolicyRun::PutOnModel(std::size_t request, std::size_t from, std::size_t end) {
+  const std::size_t begin = ids_->starts[request];
+  const std::span<const uint32_t> chain = std::span(ids_->ids).subspan(begin + from, end - from);
+  const std::span<const ReplayBlock* const> blocks = std::span(ids_->blocks).subspan(begin + from, end - from);
+  const uint32_t parent = from > 0 ? ids_->ids[begin + from - 1] : PrefixCacheModel::kNoParent;
+  const ModelBlockFacts facts{.kv_bytes_per_token = options_.kv_bytes_per_token,
+                              .recompute_seconds_per_token = options_.recompute_seconds_per_token,
+                              .transition = requests_[request].transition};
+  model_->Put(chain, blocks, parent, facts, now_);
+}
+
+EngineCache::Hit PolicyRun::StartPrefillOnModel(std::size_t request, std::span<const std::size_t> waiting) {
+  auto prompt = [&](std::size_t q) { return ids_->From(q, 0).first(requests_[q].prompt.size()); };
+  for (std::size_t q : waiting) {
+    if (!model_expectations_.contains(q)) model_expectations_.emplace(q, model_->Expect(prompt(q)));
+  }
+  const Started started = StartOnModel(request);
+  // From here its hit is pinned; the rest it will compute.
+  if (auto it = model_expectations_.find(request); it != model_expectations_.end()) {
+    model_->Unexpect(prompt(request), it->second);
+    model_expectations_.erase(it);
+  }
+  return {.tokens = started.hit_tokens, .load_seconds = started.load_seconds};
 }
 
 double PolicyRun::SplitLoadSeconds(uint64_t gathered, int tier, uint32_t block_bytes) const {
@@ -195,13 +273,17 @@ Result<ReplayPolicyResult> PolicyRun::ServeInstantly() {
   for (std::size_t q = 0; q < requests_.size(); ++q) {
     const ReplayRequest& r = requests_[q];
     now_ = std::max(now_, r.arrival_s);
-    KVTIER_ASSIGN_OR_RETURN(const Started started, Start(q));
+    KVTIER_ASSIGN_OR_RETURN(const Started started, model_ ? Result<Started>(StartOnModel(q)) : Start(q));
     if (options_.cost_model) {
       // Load the hit blocks from where they are, recompute the rest after them.
       ttft.push_back(started.load_seconds + options_.cost_model->RecomputeSeconds(
                                                 started.prompt_tokens - started.hit_tokens, started.hit_tokens));
       no_cache_sum += options_.cost_model->RecomputeSeconds(started.prompt_tokens, 0);
       projected_tokens += started.prompt_tokens;
+    }
+    if (model_) {
+      StoreOnModel(q, started.hit_blocks, /*with_output=*/true);
+      continue;
     }
     const Status stored = StoreRest(q, started.hit_blocks, /*with_output=*/true);
     pins_.erase(q);
@@ -263,6 +345,7 @@ Result<ReplayPolicyResult> PolicyRun::ServeThroughEngine(const EngineOptions& en
 EngineCache::Hit PolicyRun::StartPrefill(std::size_t request, double now, std::span<const std::size_t> waiting) {
   if (!error_.ok()) return {};
   now_ = std::max(now_, now);
+  if (model_) return StartPrefillOnModel(request, waiting);
   ExpectQueued(waiting);
   Result<Started> started = Start(request);
   // From here its hit is pinned; the rest it will compute.
@@ -286,6 +369,7 @@ void PolicyRun::ExpectQueued(std::span<const std::size_t> waiting) {
 void PolicyRun::PrefillDone(std::size_t request, double now) {
   if (!error_.ok()) return;
   now_ = std::max(now_, now);
+  if (model_) return StoreOnModel(request, hit_blocks_[request], /*with_output=*/false);
   const Status stored = StoreRest(request, hit_blocks_[request], /*with_output=*/false);
   pins_.erase(request);
   if (!stored.ok()) error_ = stored;
@@ -294,13 +378,18 @@ void PolicyRun::PrefillDone(std::size_t request, double now) {
 void PolicyRun::Finished(std::size_t request, double now) {
   if (!error_.ok()) return;
   now_ = std::max(now_, now);
+  if (model_) return StoreOutputOnModel(request);
   const Status stored = StoreOutput(request);
   if (!stored.ok()) error_ = stored;
 }
 
 void PolicyRun::FinishResult(double seconds) {
   out_.accesses_per_s = seconds > 0 ? static_cast<double>(out_.accesses) / seconds : 0;
-  for (const StoreTierStats& t : store_->GetStats().tiers) out_.tier_hits.push_back(t.hits);
+  if (model_) {
+    out_.tier_hits.push_back(out_.hit_blocks);  // every hit is a read from its one tier
+  } else {
+    for (const StoreTierStats& t : store_->GetStats().tiers) out_.tier_hits.push_back(t.hits);
+  }
   out_.block_hit_rate = out_.accesses == 0 ? 0 : static_cast<double>(out_.hit_blocks) / static_cast<double>(out_.accesses);
   out_.token_hit_rate = out_.tokens == 0 ? 0 : static_cast<double>(out_.hit_tokens) / static_cast<double>(out_.tokens);
 }

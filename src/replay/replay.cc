@@ -58,10 +58,12 @@ ReplayPolicyResult FromHitStats(const std::string& name, const HitStats& h) {
           .token_hit_rate = h.token_hit_rate};
 }
 
-Result<ReplayPolicyResult> ReplayPolicy(const std::vector<ReplayRequest>& requests, PolicyKind policy,
+Result<ReplayPolicyResult> ReplayPolicy(const std::vector<ReplayRequest>& requests,
+                                        const replay_internal::ReplayIds& ids, PolicyKind policy,
                                         uint64_t capacity_blocks, uint64_t block_bytes, const ReplayOptions& options) {
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<replay_internal::PolicyRun> run,
-                          replay_internal::PolicyRun::Open(requests, policy, capacity_blocks, block_bytes, options));
+                          replay_internal::PolicyRun::Open(requests, policy, capacity_blocks, block_bytes, options,
+                                                           {}, &ids));
   return options.engine ? run->ServeThroughEngine(*options.engine) : run->ServeInstantly();
 }
 
@@ -87,6 +89,7 @@ namespace {
 // both need them.
 struct Setup {
   DenseTrace dense;
+  replay_internal::ReplayIds ids;  // the policies' runs number blocks their own way (prefix_cache_model.h)
   uint64_t block_bytes = 0;
   uint64_t capacity_blocks = 0;
 };
@@ -95,6 +98,7 @@ Result<Setup> PrepareReplay(const std::vector<ReplayRequest>& requests, const Re
   KVTIER_RETURN_IF_ERROR(options.Validate());
   Setup setup;
   KVTIER_ASSIGN_OR_RETURN(setup.dense, ToPrefixTrace(requests, options.cache_output));
+  KVTIER_ASSIGN_OR_RETURN(setup.ids, replay_internal::NumberBlocks(requests));
   const uint64_t block_tokens = setup.dense.max_block_tokens;
   setup.block_bytes = block_tokens * options.kv_bytes_per_token;
   if (setup.block_bytes > std::numeric_limits<uint32_t>::max()) {
@@ -129,7 +133,7 @@ Result<ReplayReport> Replay(const std::vector<ReplayRequest>& requests, const Re
   report.unique_blocks = setup.dense.unique_blocks;
   report.capacity_blocks = setup.capacity_blocks;
   for (PolicyKind policy : options.policies) {
-    KVTIER_ASSIGN_OR_RETURN(ReplayPolicyResult r, ReplayPolicy(requests, policy, report.capacity_blocks, report.block_bytes, options));
+    KVTIER_ASSIGN_OR_RETURN(ReplayPolicyResult r, ReplayPolicy(requests, setup.ids, policy, report.capacity_blocks, report.block_bytes, options));
     report.results.push_back(std::move(r));
   }
   KVTIER_ASSIGN_OR_RETURN(OptimalBound bound, ComputeOptimalBound(setup.dense.trace, report.capacity_blocks));
@@ -147,7 +151,7 @@ Result<ReplayGapReport> AnalyzeReplayGap(const std::vector<ReplayRequest>& reque
   report.unique_blocks = setup.dense.unique_blocks;
   report.capacity_blocks = setup.capacity_blocks;
   KVTIER_ASSIGN_OR_RETURN(report.store_lru,
-                          ReplayPolicy(requests, PolicyKind::kLru, setup.capacity_blocks, setup.block_bytes, options));
+                          ReplayPolicy(requests, setup.ids, PolicyKind::kLru, setup.capacity_blocks, setup.block_bytes, options));
   const uint64_t capacities[] = {setup.capacity_blocks};
   KVTIER_ASSIGN_OR_RETURN(std::vector<GapAnalysis> gap, AnalyzeGap(setup.dense.trace, capacities, gap_options));
   report.gap = std::move(gap.front());
