@@ -134,6 +134,11 @@ struct BlockPut {
   BlockType type = BlockType::kUserContext;
   TransitionType transition = TransitionType::kSameToolRepeat;
   double recompute_seconds = 0;  // 0: tokens * StoreOptions::recompute_seconds_per_token
+  // PayloadChecksum(payload) as its writer computed it (a client of `kvtier serve`, end to
+  // end: docs/protocol.md). The tier the block goes into stores this value and checks the
+  // bytes it copies against it in the same pass (Tier::WriteOp::checksum): a payload changed
+  // after it was hashed is refused with Corruption. Default: none (the tier computes it).
+  std::optional<uint64_t> checksum;
 };
 
 // An engine's correction of a stored block's tags (it learns a block's role after putting it).
@@ -227,7 +232,9 @@ class TieredStore {
   // instead: a miss later). With
   // write-through persistence a block is acknowledged once it and its journal record are
   // written; a persist tier without room refuses it, and an I/O error of that tier or the
-  // journal fails the Put (the chain's blocks before it stay stored and durable).
+  // journal fails the Put (the chain's blocks before it stay stored and durable). A block
+  // whose payload does not match its BlockPut::checksum fails the Put with Corruption: it and
+  // the blocks after it are not stored, those before it stay stored.
   Result<PutResult> Put(std::span<const BlockPut> blocks, const std::optional<BlockKey>& parent = std::nullopt);
 
   // The stored prefix of `keys` and where each of its blocks is. Read-only, no I/O.

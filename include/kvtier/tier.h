@@ -65,6 +65,13 @@ class Tier {
   struct WriteOp {
     BlockKey key;
     std::span<const std::byte> payload;
+    // PayloadChecksum(payload) as the payload's writer computed it (a client of `kvtier
+    // serve`: docs/protocol.md, end-to-end checksums). The tier keeps this value as the
+    // block's checksum and checks the bytes it copied against it in the same pass, so that
+    // bytes changed after the writer hashed them (in shared memory, a socket buffer or the
+    // daemon's memory) are never stored under a valid checksum. Default: none (the tier
+    // computes the checksum of what it copies).
+    std::optional<uint64_t> checksum;
   };
   struct ReadOp {
     BlockKey key;
@@ -76,10 +83,14 @@ class Tier {
   virtual TierKind kind() const = 0;
   virtual const std::string& name() const = 0;
 
-  // Stores a copy of `payload` under `key`, replacing a block with that key. InvalidArgument
-  // for an empty payload; ResourceExhausted when the tier lacks room; IoError / Unavailable
-  // when its device or server fails. On any failure an earlier block stays readable.
-  virtual Status Write(const BlockKey& key, std::span<const std::byte> payload) = 0;
+  // Stores a copy of `op.payload` under `op.key`, replacing a block with that key.
+  // InvalidArgument for an empty payload; ResourceExhausted when the tier lacks room; IoError
+  // / Unavailable when its device or server fails; Corruption when the bytes copied do not
+  // match `op.checksum` (nothing stored, counted as a write failure). On any failure an
+  // earlier block stays readable.
+  virtual Status Write(const WriteOp& op) = 0;
+  // The same without a writer's checksum. Implementations add `using Tier::Write;`.
+  Status Write(const BlockKey& key, std::span<const std::byte> payload) { return Write(WriteOp{key, payload, {}}); }
 
   // Copies the block into `out` and returns its size. NotFound on a miss; InvalidArgument
   // when `out` is smaller than the block (nothing copied); Corruption when the stored bytes
@@ -130,7 +141,8 @@ class TierWrapper : public Tier {
 
   TierKind kind() const override { return target_->kind(); }
   const std::string& name() const override { return target_->name(); }
-  Status Write(const BlockKey& key, std::span<const std::byte> payload) override { return target_->Write(key, payload); }
+  using Tier::Write;
+  Status Write(const WriteOp& op) override { return target_->Write(op); }
   Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override { return target_->Read(key, out); }
   std::optional<std::size_t> Size(const BlockKey& key) const override { return target_->Size(key); }
   Status Evict(const BlockKey& key) override { return target_->Evict(key); }

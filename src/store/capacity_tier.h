@@ -19,7 +19,8 @@ class CapacityTier final : public Tier {
 
   TierKind kind() const override { return kind_; }
   const std::string& name() const override { return name_; }
-  Status Write(const BlockKey&, std::span<const std::byte>) override { return Refuse(); }
+  using Tier::Write;
+  Status Write(const WriteOp&) override { return Refuse(); }
   Result<std::size_t> Read(const BlockKey&, std::span<std::byte>) override { return Refuse(); }
   std::optional<std::size_t> Size(const BlockKey&) const override { return std::nullopt; }
   Status Evict(const BlockKey&) override { return Refuse(); }

@@ -181,9 +181,13 @@ struct TieredStore::Impl {
 
   // --- I/O, or its accounting in a metadata-only store (store_state.cc) ------------------
   // Journals the block first when `t` is the persist tier, then WriteBytes.
-  Status WriteTo(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes);
+  // `checksum` throughout: the writer's PayloadChecksum of the payload (BlockPut::checksum),
+  // which the tier stores and checks (Tier::WriteOp::checksum); none for the store's own moves.
+  Status WriteTo(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes,
+                 std::optional<uint64_t> checksum = std::nullopt);
   // The write alone: into the tier, or its accounting in a metadata-only store.
-  Status WriteBytes(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes);
+  Status WriteBytes(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes,
+                    std::optional<uint64_t> checksum = std::nullopt);
   // WriteTo for a batch (not in a metadata-only store): into the persist tier, one journal
   // append first for all of them; one status per op.
   std::vector<Status> WriteBatchTo(int t, std::span<const Tier::WriteOp> writes);
@@ -196,7 +200,8 @@ struct TieredStore::Impl {
   // Retries the pending evictions, stopping at the first the tier refuses again. Takes `mu_`.
   void RetryPendingEvictions();
   // Writes into tier `t`, making room when it is full (RetryMakingRoom).
-  Status WriteMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes);
+  Status WriteMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes,
+                         std::optional<uint64_t> checksum = std::nullopt);
   // The one place that makes room in a full tier. `first` is the outcome of a write of `key`
   // into tier `t` (WriteTo, or one op of a WriteBatch), which journaled it; unless the tier
   // refused it as full, it is returned as it is. Retries write the bytes only (WriteBytes). Otherwise demotion takes the tier down to its watermark and the
@@ -205,9 +210,10 @@ struct TieredStore::Impl {
   // moved out past the watermark and the write is tried once more. A tier full of pinned
   // blocks is left alone: moving other blocks out would not make room.
   // A write that fails for good withdraws its journal record (JournalEviction).
-  Status RetryMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes, Status first);
+  Status RetryMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes, Status first,
+                         std::optional<uint64_t> checksum = std::nullopt);
   Status RetryWriteMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes,
-                              Status first);
+                              Status first, std::optional<uint64_t> checksum);
 
   // --- Moves (store_moves.cc) -------------------------------------------------------------
   // Runs `move` on a mover thread, or inline with `synchronous_moves`.
@@ -265,9 +271,10 @@ struct TieredStore::Impl {
 
   // --- Placement and the put path (store_put.cc) -----------------------------------------
   // Writes the block into the fastest tier before `end` that admits it, making room by
-  // demotion when a tier is full. Returns the tier, or -1 when every tier refused it.
+  // demotion when a tier is full. Returns the tier, or -1 when every tier refused it;
+  // Corruption at once when the payload does not match the writer's `checksum`.
   Result<int> Place(const BlockKey& key, const BlockMeta& meta, const Block& b, std::span<const std::byte> payload,
-                    int end);
+                    int end, std::optional<uint64_t> checksum = std::nullopt);
   // Stores a chain (TieredStore::Put), one block at a time: IndexForPutLocked, then
   // Repersist or StoreNew.
   Result<PutResult> Put(std::span<const BlockPut> chain, const std::optional<BlockKey>& parent);
@@ -324,7 +331,8 @@ struct TieredStore::Impl {
   std::optional<JournalRecord> JournalRecordLocked(const BlockKey& key, TierMask tiers) const;
   // Writes a new block into the persist tier (journaled by WriteTo), making room there the
   // way Place does. The persist tier's policy is not asked to admit it: it only picks victims.
-  Status Persist(const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes);
+  Status Persist(const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes,
+                 std::optional<uint64_t> checksum = std::nullopt);
   // Flush: copies one stored block into the persist tier unless it is there already.
   // `buffer` is reused between calls.
   Status CopyToPersistTier(const BlockKey& key, std::vector<std::byte>& buffer);

@@ -49,14 +49,16 @@ class FaultyTier : public TierWrapper {
 
   uint64_t injected_failures() const { return injected_.load(); }
 
-  Status Write(const BlockKey& key, std::span<const std::byte> payload) override {
+  using Tier::Write;
+  Status Write(const WriteOp& op) override {
+    const BlockKey& key = op.key;
     Delay();
     if (TakeOne(failing_writes_) || Every(write_period_, writes_)) {
       injected_.fetch_add(1);
       return Injected(write_failure_code_.load(), "write");
     }
     if (Status s = RunHook(before_write_, key); !s.ok()) return s;
-    return TierWrapper::Write(key, payload);
+    return TierWrapper::Write(op);
   }
 
   Status Evict(const BlockKey& key) override {

@@ -23,7 +23,7 @@ Result<std::vector<BlockKey>> Tier::ListKeys() const {
 std::vector<Status> Tier::WriteBatch(std::span<const WriteOp> ops) {
   std::vector<Status> out;
   out.reserve(ops.size());
-  for (const WriteOp& op : ops) out.push_back(Write(op.key, op.payload));
+  for (const WriteOp& op : ops) out.push_back(Write(op));
   return out;
 }
 
