@@ -245,9 +245,12 @@ class TieredStore {
   // read, and their sizes in `sizes` when it is not empty (one entry per key). A block whose
   // copy is in a tier that is Unavailable ends the read there, as a miss. Reads from
   // lower tiers promote and prefetch as the options say. `transition` is the access's type.
+  // With `checksums` (one entry per key), each block read's checksum: the one the tier
+  // checked the bytes it copied against, which is the writer's BlockPut::checksum when it
+  // sent one (a block gathered from two tiers gets one computed over its bytes).
   Result<std::size_t> Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
                           TransitionType transition = TransitionType::kSameToolRepeat,
-                          std::span<std::size_t> sizes = {});
+                          std::span<std::size_t> sizes = {}, std::span<uint64_t> checksums = {});
 
   // Sets the tags of the stored blocks among `updates` (others are ignored): the policies then
   // rank them, and the predictor learns their outcomes, under the new (type, transition) pair.

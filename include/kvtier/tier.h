@@ -76,6 +76,9 @@ class Tier {
   struct ReadOp {
     BlockKey key;
     std::span<std::byte> out;
+    // When set, a successful read stores here the block's checksum: the one the bytes copied
+    // into `out` matched, which is its writer's when it sent one (end to end). Default: none.
+    uint64_t* checksum = nullptr;
   };
 
   virtual ~Tier() = default;
@@ -92,11 +95,13 @@ class Tier {
   // The same without a writer's checksum. Implementations add `using Tier::Write;`.
   Status Write(const BlockKey& key, std::span<const std::byte> payload) { return Write(WriteOp{key, payload, {}}); }
 
-  // Copies the block into `out` and returns its size. NotFound on a miss; InvalidArgument
+  // Copies the block into `op.out` and returns its size. NotFound on a miss; InvalidArgument
   // when `out` is smaller than the block (nothing copied); Corruption when the stored bytes
   // fail their checksum (the block is dropped and counted). After any error the contents of
   // `out` are unspecified: tiers check the checksum while they copy.
-  virtual Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) = 0;
+  virtual Result<std::size_t> Read(const ReadOp& op) = 0;
+  // The same without the checksum. Implementations add `using Tier::Read;`.
+  Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) { return Read(ReadOp{key, out, nullptr}); }
 
   // The block's size, or nullopt when absent.
   virtual std::optional<std::size_t> Size(const BlockKey& key) const = 0;
@@ -143,7 +148,8 @@ class TierWrapper : public Tier {
   const std::string& name() const override { return target_->name(); }
   using Tier::Write;
   Status Write(const WriteOp& op) override { return target_->Write(op); }
-  Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override { return target_->Read(key, out); }
+  using Tier::Read;
+  Result<std::size_t> Read(const ReadOp& op) override { return target_->Read(op); }
   std::optional<std::size_t> Size(const BlockKey& key) const override { return target_->Size(key); }
   Status Evict(const BlockKey& key) override { return target_->Evict(key); }
   TierStats GetStats() const override { return target_->GetStats(); }

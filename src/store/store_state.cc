@@ -144,9 +144,9 @@ std::vector<Status> TieredStore::Impl::WriteBatchTo(int t, std::span<const Tier:
   return tier_state(t).tier->WriteBatch(writes);
 }
 
-Status TieredStore::Impl::ReadFrom(int t, const BlockKey& key, std::span<std::byte> out) {
+Status TieredStore::Impl::ReadFrom(int t, const BlockKey& key, std::span<std::byte> out, uint64_t* checksum) {
   if (options.metadata_only) return Status::Ok();
-  KVTIER_ASSIGN_OR_RETURN(std::size_t n, tier_state(t).tier->Read(key, out));
+  KVTIER_ASSIGN_OR_RETURN(std::size_t n, tier_state(t).tier->Read({.key = key, .out = out, .checksum = checksum}));
   if (n != out.size()) return Status::NotFound("block " + key.ToHex() + " changed while it was read");
   return Status::Ok();
 }

@@ -193,7 +193,8 @@ struct TieredStore::Impl {
   std::vector<Status> WriteBatchTo(int t, std::span<const Tier::WriteOp> writes);
   // Reads exactly out.size() bytes: a block of another size was rewritten meanwhile (a head
   // split), which the caller sees as NotFound and retries against the store's new record.
-  Status ReadFrom(int t, const BlockKey& key, std::span<std::byte> out);
+  // `checksum`, when set, receives the block's stored checksum (Tier::ReadOp::checksum).
+  Status ReadFrom(int t, const BlockKey& key, std::span<std::byte> out, uint64_t* checksum = nullptr);
   // Evicts a copy the store no longer lists. One the tier refuses (a remote pool that is
   // down) waits in `pending_evictions`: the store never leaves a value behind for good.
   void EvictFrom(int t, const BlockKey& key);
@@ -299,7 +300,7 @@ struct TieredStore::Impl {
   // --- The read path (store_read.cc) ------------------------------------------------------
   LookupResult Lookup(std::span<const BlockKey> keys);
   Result<std::size_t> Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
-                          TransitionType transition, std::span<std::size_t> sizes);
+                          TransitionType transition, std::span<std::size_t> sizes, std::span<uint64_t> checksums);
   // Get's steps for the block keys[i] (`key`, whose parent is `previous`): reads it into
   // `out` from the fastest tier holding it, retrying when a move takes it meanwhile. The copy
   // of a tier that finds it corrupt, or no longer has it though no move took it, is forgotten
@@ -308,6 +309,7 @@ struct TieredStore::Impl {
   struct ReadHit {
     int tier = -1;
     std::size_t bytes = 0;
+    uint64_t checksum = 0;  // what the bytes read matched (0 in a metadata-only store)
   };
   Result<std::optional<ReadHit>> ReadForGet(const BlockKey& key, std::size_t i, const std::optional<BlockKey>& previous,
                                             std::span<std::byte> out, TransitionType transition,
@@ -316,8 +318,11 @@ struct TieredStore::Impl {
   void RecordHitLocked(const BlockKey& key, int t, TransitionType transition, bool gathered);
   // Reads a block from tier `t`, gathering its parts when its copy there is split (`split`,
   // SplitIn as the caller saw it under `mu_`: a split that changes meanwhile shows as a size
-  // mismatch, which ReadFrom reports for a retry).
-  Status ReadGathered(const BlockKey& key, int t, const std::optional<Block::Split>& split, std::span<std::byte> out);
+  // mismatch, which ReadFrom reports for a retry). Sets `checksum`, when given, to the
+  // checksum the bytes matched: the tier's stored one, or for a gathered block one taken
+  // over the whole of it (an extra pass, for split blocks only).
+  Status ReadGathered(const BlockKey& key, int t, const std::optional<Block::Split>& split, std::span<std::byte> out,
+                      uint64_t* checksum = nullptr);
 
   // --- Persistence (store_persist.cc) -----------------------------------------------------
   // Journals blocks about to be written into durable tier `t`, before the write: a crash

@@ -127,8 +127,9 @@ Result<PutResult> TieredStore::Put(std::span<const BlockPut> blocks, const std::
 LookupResult TieredStore::Lookup(std::span<const BlockKey> keys) const { return impl_->Lookup(keys); }
 
 Result<std::size_t> TieredStore::Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
-                                     TransitionType transition, std::span<std::size_t> sizes) {
-  return impl_->Get(keys, outs, transition, sizes);
+                                     TransitionType transition, std::span<std::size_t> sizes,
+                                     std::span<uint64_t> checksums) {
+  return impl_->Get(keys, outs, transition, sizes, checksums);
 }
 
 void TieredStore::Retag(std::span<const BlockTags> updates) {

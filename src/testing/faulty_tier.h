@@ -70,13 +70,14 @@ class FaultyTier : public TierWrapper {
     return TierWrapper::Evict(key);
   }
 
-  Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override {
+  using Tier::Read;
+  Result<std::size_t> Read(const ReadOp& op) override {
     Delay();
     if (Every(read_period_, reads_)) {
       injected_.fetch_add(1);
       return Injected(StatusCode::kIoError, "read");
     }
-    return TierWrapper::Read(key, out);
+    return TierWrapper::Read(op);
   }
 
   // Batches go through Write/Read one by one so that every block sees the faults.

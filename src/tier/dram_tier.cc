@@ -67,7 +67,10 @@ class MemoryTier final : public Tier {
     return Status::Ok();
   }
 
-  Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override {
+  using Tier::Read;
+  Result<std::size_t> Read(const ReadOp& op) override {
+    const BlockKey& key = op.key;
+    const std::span<std::byte> out = op.out;
     Shard& shard = ShardFor(key);
     uint64_t failed_generation = 0;
     {
@@ -86,6 +89,7 @@ class MemoryTier final : public Tier {
       if (CopyWithChecksum(copied, std::span<const std::byte>(entry.slot, entry.size)) == entry.checksum) {
         counters_.reads.fetch_add(1, std::memory_order_relaxed);
         counters_.read_bytes.fetch_add(entry.size, std::memory_order_relaxed);
+        if (op.checksum != nullptr) *op.checksum = entry.checksum;
         return entry.size;
       }
       // The stored bytes changed under us (a memory fault or a stray write): hand back none.

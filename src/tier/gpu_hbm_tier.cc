@@ -256,10 +256,8 @@ class GpuHbmTier final : public Tier {
   using Tier::Write;
   Status Write(const WriteOp& op) override { return std::move(WriteBatch({&op, 1})[0]); }
 
-  Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override {
-    const ReadOp op{key, out};
-    return std::move(ReadBatch({&op, 1})[0]);
-  }
+  using Tier::Read;
+  Result<std::size_t> Read(const ReadOp& op) override { return std::move(ReadBatch({&op, 1})[0]); }
 
   std::vector<Status> WriteBatch(std::span<const WriteOp> ops) override {
     std::vector<Status> results(ops.size());
@@ -345,6 +343,7 @@ class GpuHbmTier final : public Tier {
       } else {
         counters_.reads.fetch_add(1, std::memory_order_relaxed);
         counters_.read_bytes.fetch_add(entries[i].size, std::memory_order_relaxed);
+        if (ops[i].checksum != nullptr) *ops[i].checksum = entries[i].checksum;
         results.emplace_back(entries[i].size);
       }
     }

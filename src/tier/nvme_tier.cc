@@ -566,10 +566,7 @@ NvmeTier::Entry NvmeTier::EraseLocked(std::unordered_map<BlockKey, Entry, BlockK
 
 Status NvmeTier::Write(const WriteOp& op) { return std::move(WriteBatch({&op, 1})[0]); }
 
-Result<std::size_t> NvmeTier::Read(const BlockKey& key, std::span<std::byte> out) {
-  const ReadOp op{key, out};
-  return std::move(ReadBatch({&op, 1})[0]);
-}
+Result<std::size_t> NvmeTier::Read(const ReadOp& op) { return std::move(ReadBatch({&op, 1})[0]); }
 
 std::vector<Status> NvmeTier::WriteBatch(std::span<const WriteOp> ops) {
   std::vector<Status> results(ops.size());
@@ -727,6 +724,7 @@ std::vector<Result<std::size_t>> NvmeTier::ReadBatch(std::span<const ReadOp> ops
         counters_.reads.fetch_add(1, std::memory_order_relaxed);
         counters_.read_bytes.fetch_add(payload.size(), std::memory_order_relaxed);
         results[p.op] = static_cast<std::size_t>(payload.size());
+        if (op.checksum != nullptr) *op.checksum = p.entry.checksum;
       } else {
         // Hand back none of the bytes that failed the check.
         std::memset(op.out.data(), 0, std::min<std::size_t>(op.out.size(), payload.size()));

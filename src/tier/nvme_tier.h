@@ -86,7 +86,8 @@ class NvmeTier final : public Tier {
   const std::string& name() const override { return options_.name; }
   using Tier::Write;
   Status Write(const WriteOp& op) override;
-  Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override;
+  using Tier::Read;
+  Result<std::size_t> Read(const ReadOp& op) override;
   std::optional<std::size_t> Size(const BlockKey& key) const override;
   Status Evict(const BlockKey& key) override;
   TierStats GetStats() const override;

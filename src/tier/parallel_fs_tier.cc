@@ -135,7 +135,8 @@ class ParallelFsTier final : public Tier {
   const std::string& name() const override { return options_.name; }
   using Tier::Write;
   Status Write(const WriteOp& op) override;
-  Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override;
+  using Tier::Read;
+  Result<std::size_t> Read(const ReadOp& op) override;
   std::optional<std::size_t> Size(const BlockKey& key) const override;
   Status Evict(const BlockKey& key) override;
   TierStats GetStats() const override;
@@ -301,7 +302,9 @@ Status ParallelFsTier::Commit(const BlockKey& key, const std::string& temp, cons
   return Status::Ok();
 }
 
-Result<std::size_t> ParallelFsTier::Read(const BlockKey& key, std::span<std::byte> out) {
+Result<std::size_t> ParallelFsTier::Read(const ReadOp& op) {
+  const BlockKey& key = op.key;
+  const std::span<std::byte> out = op.out;
   const std::string hex = key.ToHex();
   const std::string path = BlockPath(hex);
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -337,6 +340,7 @@ Result<std::size_t> ParallelFsTier::Read(const BlockKey& key, std::span<std::byt
   }
   counters_.reads.fetch_add(1, std::memory_order_relaxed);
   counters_.read_bytes.fetch_add(payload.size(), std::memory_order_relaxed);
+  if (op.checksum != nullptr) *op.checksum = decoded->checksum;
   return payload.size();
 }
 

@@ -314,10 +314,7 @@ void RemoteTier::Forget(const BlockKey& key) const {
 
 Status RemoteTier::Write(const WriteOp& op) { return std::move(WriteBatch({&op, 1})[0]); }
 
-Result<std::size_t> RemoteTier::Read(const BlockKey& key, std::span<std::byte> out) {
-  const ReadOp op{key, out};
-  return std::move(ReadBatch({&op, 1})[0]);
-}
+Result<std::size_t> RemoteTier::Read(const ReadOp& op) { return std::move(ReadBatch({&op, 1})[0]); }
 
 std::vector<Status> RemoteTier::WriteBatch(std::span<const WriteOp> ops) {
   std::vector<Status> results(ops.size());
@@ -428,6 +425,7 @@ std::vector<Result<std::size_t>> RemoteTier::ReadBatch(std::span<const ReadOp> o
         counters_.reads.fetch_add(1, std::memory_order_relaxed);
         counters_.read_bytes.fetch_add(header->size, std::memory_order_relaxed);
         results[i] = static_cast<std::size_t>(header->size);
+        if (op.checksum != nullptr) *op.checksum = header->checksum;
         return;
       }
       std::fill(copied.begin(), copied.end(), std::byte{0});  // hand back none of the bytes that failed

@@ -30,7 +30,7 @@ std::vector<Status> Tier::WriteBatch(std::span<const WriteOp> ops) {
 std::vector<Result<std::size_t>> Tier::ReadBatch(std::span<const ReadOp> ops) {
   std::vector<Result<std::size_t>> out;
   out.reserve(ops.size());
-  for (const ReadOp& op : ops) out.push_back(Read(op.key, op.out));
+  for (const ReadOp& op : ops) out.push_back(Read(op));
   return out;
 }
 

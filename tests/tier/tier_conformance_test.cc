@@ -214,6 +214,14 @@ TEST_P(TierConformance, WriterChecksumsAreCheckedAndKept) {
   EXPECT_EQ(tier_->Size(Key(401)), std::nullopt);
   EXPECT_EQ(ReadAll(Key(402)), b);
   EXPECT_GE(tier_->GetStats().write_failures, 2u);
+  // Reads hand back the checksum the copied bytes matched: the writer's.
+  std::vector<std::byte> out(a.size()), batch_out(b.size());
+  uint64_t stored = 0, batch_stored = 0;
+  ASSERT_TRUE(tier_->Read({.key = Key(400), .out = out, .checksum = &stored}).ok());
+  EXPECT_EQ(stored, PayloadChecksum(a));
+  const std::vector<Tier::ReadOp> reads = {{Key(402), batch_out, &batch_stored}};
+  ASSERT_TRUE(tier_->ReadBatch(reads)[0].ok());
+  EXPECT_EQ(batch_stored, PayloadChecksum(b));
 }
 
 TEST_P(TierConformance, AsynchronousBatchesByFutureAndCallback) {
