@@ -248,6 +248,11 @@ void RenderService(const ServiceMetrics::Snapshot& s, Exposition& e) {
   e.Single("kvtier_tls_handshakes_failed_total", "counter",
            "TCP connections closed before their TLS handshake finished (plain-text clients, untrusted or silent peers).",
            s.tls_handshakes_failed);
+  // Labelled by direction so that a reading side can join the family; the daemon sees only
+  // puts (a Get's checksum is checked by the client, which counts its own mismatches).
+  e.Family("kvtier_checksum_mismatches_total", "counter",
+           "Blocks whose bytes did not match their end-to-end checksum (put: refused, nothing stored).");
+  e.Sample("kvtier_checksum_mismatches_total", LabelSet({{"direction", "put"}}), Number(s.put_checksum_mismatches));
   e.Single("kvtier_requests_in_flight", "gauge", "Requests being served now.", s.in_flight);
 }
 
@@ -306,6 +311,9 @@ void ServiceMetrics::ConnectionClosed() { connections_open_.fetch_sub(1, std::me
 void ServiceMetrics::ConnectionRejected() { connections_rejected_.fetch_add(1, std::memory_order_relaxed); }
 void ServiceMetrics::FrameRejected() { frames_rejected_.fetch_add(1, std::memory_order_relaxed); }
 void ServiceMetrics::TlsHandshakeFailed() { tls_handshakes_failed_.fetch_add(1, std::memory_order_relaxed); }
+void ServiceMetrics::PutChecksumMismatches(uint64_t blocks) {
+  put_checksum_mismatches_.fetch_add(blocks, std::memory_order_relaxed);
+}
 void ServiceMetrics::InFlightAdd(int64_t delta) { in_flight_.fetch_add(delta, std::memory_order_relaxed); }
 
 ServiceMetrics::Snapshot ServiceMetrics::Read() const {
@@ -325,6 +333,7 @@ ServiceMetrics::Snapshot ServiceMetrics::Read() const {
   s.connections_rejected = connections_rejected_.load(std::memory_order_relaxed);
   s.frames_rejected = frames_rejected_.load(std::memory_order_relaxed);
   s.tls_handshakes_failed = tls_handshakes_failed_.load(std::memory_order_relaxed);
+  s.put_checksum_mismatches = put_checksum_mismatches_.load(std::memory_order_relaxed);
   s.in_flight = in_flight_.load(std::memory_order_relaxed);
   return s;
 }

@@ -268,6 +268,7 @@ TEST(ServiceMetrics, ConnectionsAndInFlight) {
   m.ConnectionClosed();
   m.ConnectionRejected();
   m.FrameRejected();
+  m.PutChecksumMismatches(2);
   m.InFlightAdd(3);
   m.InFlightAdd(-1);
   const ServiceMetrics::Snapshot s = m.Read();
@@ -275,6 +276,7 @@ TEST(ServiceMetrics, ConnectionsAndInFlight) {
   EXPECT_EQ(s.connections_total, 2u);
   EXPECT_EQ(s.connections_rejected, 1u);
   EXPECT_EQ(s.frames_rejected, 1u);
+  EXPECT_EQ(s.put_checksum_mismatches, 2u);
   EXPECT_EQ(s.in_flight, 2);
 }
 
@@ -308,10 +310,11 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
         "kvtier_request_duration_seconds", "kvtier_requests_total", "kvtier_request_blocks_total",
         "kvtier_request_payload_bytes_total", "kvtier_connections_open", "kvtier_connections_total",
         "kvtier_connections_rejected_total", "kvtier_frames_rejected_total", "kvtier_tls_handshakes_failed_total",
-        "kvtier_requests_in_flight"}) {
+        "kvtier_checksum_mismatches_total", "kvtier_requests_in_flight"}) {
     EXPECT_TRUE(e.types.contains(family)) << family;
   }
-  EXPECT_EQ(e.types.size(), 56u) << "a family was added: list it here and in docs/metrics.md";
+  EXPECT_EQ(e.types.size(), 57u) << "a family was added: list it here and in docs/metrics.md";
+  EXPECT_EQ(e.Value("kvtier_checksum_mismatches_total", {{"direction", "put"}}), 0);
 
   EXPECT_EQ(e.Value("kvtier_tier_capacity_bytes", {{"tier", "hbm"}, {"kind", "gpu_hbm"}}), 1 << 30);
   EXPECT_EQ(e.Value("kvtier_tier_blocks", {{"tier", "nvme0"}, {"kind", "nvme"}}), 0);
