@@ -240,11 +240,13 @@ Result<protocol::PutReply> Client::Put(std::span<const ClientBlock> blocks, cons
       p.payload = impl_->RefTo(b.payload);
       if (checksums) p.checksum = PayloadChecksum(b.payload);
     } else {
-      // Hashed while copied into the frame: one pass over the caller's bytes.
       p.payload.length = static_cast<uint32_t>(b.payload.size());
-      p.inline_bytes.resize(b.payload.size());
-      const uint64_t checksum = CopyWithChecksum(p.inline_bytes, b.payload);
-      if (checksums) p.checksum = checksum;
+      if (checksums) {  // hashed while copied into the frame: one pass over the caller's bytes
+        p.inline_bytes.resize(b.payload.size());
+        p.checksum = CopyWithChecksum(p.inline_bytes, b.payload);
+      } else {
+        p.inline_bytes.assign(b.payload.begin(), b.payload.end());
+      }
     }
     put.blocks.push_back(std::move(p));
   }
