@@ -182,7 +182,9 @@ Reply Session::Put(const protocol::Put& m) {
   Result<PutResult> r = store_.Put(puts, parent);
   if (!r.ok()) {
     Reply refused = Error(r.status());
-    if (r.status().code() == StatusCode::kCorruption) refused.put_checksum_mismatches = 1;
+    // Only a checksum the client sent makes a tier refuse a write as Corruption.
+    const bool checksummed = !m.blocks.empty() && m.blocks.front().checksum.has_value();
+    if (r.status().code() == StatusCode::kCorruption && checksummed) refused.put_checksum_mismatches = 1;
     return refused;
   }
   return {protocol::PutReply{static_cast<uint32_t>(r->new_blocks), static_cast<uint32_t>(r->present_blocks),
