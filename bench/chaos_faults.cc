@@ -91,6 +91,7 @@ protocol::Put RandomPut(std::mt19937_64& rng) {
     b.tokens = 16;
     b.inline_bytes.resize(4096 * (1 + rng() % 8));
     for (std::byte& x : b.inline_bytes) x = static_cast<std::byte>(rng());
+    b.checksum = PayloadChecksum(b.inline_bytes);  // protocol version 2 requires it
     b.payload = {.segment = protocol::PayloadRef::kInline, .offset = 0,
                  .length = static_cast<uint32_t>(b.inline_bytes.size())};
     put.blocks.push_back(std::move(b));

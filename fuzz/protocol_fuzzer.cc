@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   std::vector<std::byte> again;
-  if (!EncodeFrame(*message, header->request_id, header->type, limits, again).ok()) __builtin_trap();
+  if (!EncodeFrame(*message, header->request_id, header->type, limits, again, header->version).ok()) __builtin_trap();
   kvtier::Result<FrameHeader> again_header = DecodeHeader(again, limits);
   if (!again_header.ok()) __builtin_trap();
   if (!DecodePayload(*again_header, std::span(again).subspan(kHeaderBytes), limits).ok()) __builtin_trap();

@@ -49,7 +49,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }();
   kvtier::server::Session session(Store(), options, /*tcp=*/false);
   std::vector<kvtier::ScopedFd> no_fds;
-  kvtier::server::Reply hello = session.Handle(Hello{.tenant = "fuzz", .auth_token = "", .segment_bytes = {}}, no_fds);
+  kvtier::server::Reply hello =
+      session.Handle(Hello{.tenant = "fuzz", .auth_token = "", .segment_bytes = {}}, kVersion, no_fds);
   if (std::holds_alternative<ErrorReply>(hello.message)) __builtin_trap();
 
   std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);
@@ -60,12 +61,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         DecodePayload(*header, bytes.subspan(kHeaderBytes, header->payload_bytes), options.limits);
     bytes = bytes.subspan(kHeaderBytes + header->payload_bytes);
     if (!request.ok() || header->reply) continue;
-    kvtier::server::Reply reply = session.Handle(*request, no_fds);
+    kvtier::server::Reply reply = session.Handle(*request, header->version, no_fds);
     if (const auto* error = std::get_if<ErrorReply>(&reply.message); error != nullptr && error->message.empty()) {
       __builtin_trap();
     }
     std::vector<std::byte> frame;
-    (void)EncodeFrame(reply.message, header->request_id, header->type, options.limits, frame);
+    (void)EncodeFrame(reply.message, header->request_id, header->type, options.limits, frame, header->version);
     if (reply.close) break;
   }
   return 0;

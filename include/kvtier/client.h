@@ -11,6 +11,14 @@
 // connection is Unavailable, after which the client is unusable (connect a new one). A server
 // certificate that does not verify is PermissionDenied at connect.
 //
+// End-to-end checksums (protocol version 2, the default): Put sends each payload's xxh3-64
+// (PayloadChecksum, block.h), which the server's tier checks the bytes it stores against;
+// Get checks each block it receives against the checksum the server sends with it. A block
+// that fails is Corruption for the whole Get (its buffer zeroed, never returned as data) and
+// counted (checksum_mismatches); the connection stays usable. Costs: one xxh3 pass over each
+// payload put from shared memory and over each block read into it; inline payloads are
+// hashed while they are copied.
+//
 // Thread-safety: all methods may be called from many threads; requests are serialized on the
 // connection (use one client per thread for parallelism).
 #pragma once
@@ -48,6 +56,9 @@ struct ClientOptions {
   int io_timeout_ms = 30000;           // Default: 30 s for a frame to leave or a reply to arrive
   protocol::Limits limits;             // Default: protocol.h's
   ClientTlsOptions tls;                // Default: plain TCP
+  // Default: true: protocol version 2 with end-to-end checksums. false speaks version 1
+  // (no checksums), for a server older than this client.
+  bool checksums = true;
 };
 
 // One block of a chain to put.
@@ -92,6 +103,8 @@ class Client {
   Status ReportImportance(std::span<const protocol::ImportanceReport> reports);
   // The server's counters as JSON.
   Result<std::string> Stats();
+  // Blocks a Get received whose bytes did not match their end-to-end checksum.
+  uint64_t checksum_mismatches() const;
 
  private:
   struct Impl;

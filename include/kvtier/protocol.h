@@ -1,14 +1,18 @@
-// The kvtier wire protocol (version 1): how engines talk to `kvtier serve` over a Unix socket
+// The kvtier wire protocol (version 2): how engines talk to `kvtier serve` over a Unix socket
 // (payloads in shared memory the client maps) or TCP. docs/protocol.md describes it; this
 // header is its codec: frames and the messages inside them, encoded and decoded without
 // trusting a byte of the input.
 //
 // A frame is a 24-byte header and a payload (all integers little-endian):
-//   0 u32 magic "KVTP"   4 u16 version (1)   6 u16 message type   8 u64 request id
+//   0 u32 magic "KVTP"   4 u16 version (1 or 2)   6 u16 message type   8 u64 request id
 //   16 u32 payload bytes   20 u16 flags (0)   22 u16 zero
 // The reply to a request carries its request id and type | kReplyBit, or type kError with a
 // Status code and message. A frame whose header or payload does not decode closes the
 // connection (the server sends kError first, request id 0 when the header was unreadable).
+//
+// Version 2 adds end-to-end checksums: a Put carries each block's PayloadChecksum (xxh3-64)
+// and a Get reply each block's stored one. A server answers every request in the version of
+// its frame, so version 1 clients keep working; docs/protocol.md has the details.
 //
 // Thread-safety: pure functions over values.
 #pragma once
@@ -28,7 +32,8 @@
 namespace kvtier::protocol {
 
 inline constexpr uint32_t kMagic = 0x5054564B;  // "KVTP" as little-endian bytes
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;     // what this build sends by default
+inline constexpr uint16_t kMinVersion = 1;  // the oldest it reads and answers (no checksums)
 inline constexpr std::size_t kHeaderBytes = 24;
 
 // Bounds every decoder enforces (a server may configure lower ones).
@@ -61,6 +66,7 @@ inline constexpr uint16_t kReplyBit = 0x8000;
 std::string_view MessageTypeName(MessageType type);
 
 struct FrameHeader {
+  uint16_t version = kVersion;  // kMinVersion..kVersion: decides the payload's layout
   MessageType type = MessageType::kError;
   bool reply = false;
   uint64_t request_id = 0;
@@ -92,6 +98,9 @@ struct PutBlock {
   TransitionType transition = TransitionType::kSameToolRepeat;
   PayloadRef payload;
   std::vector<std::byte> inline_bytes;  // when payload.segment == kInline
+  // Version 2 (required there): PayloadChecksum of the payload as the client computed it.
+  // Version 1 carries none (nullopt when decoded).
+  std::optional<uint64_t> checksum;
 };
 struct Put {
   std::optional<BlockKey> parent;
@@ -164,6 +173,9 @@ struct GetReply {
   // The bytes of the blocks read, when the request's destinations were inline (TCP clients);
   // empty when the server wrote them into the client's shared memory.
   std::vector<std::vector<std::byte>> inline_blocks;
+  // Version 2 (required there): one per size, the checksum the block's stored bytes were
+  // checked against (its writer's). Version 1 carries none.
+  std::vector<uint64_t> checksums;
 };
 struct PinReply {
   uint64_t pin_id = 0;
@@ -181,11 +193,13 @@ using Message = std::variant<ErrorReply, Hello, Lookup, Put, Get, Prefetch, Pin,
                              HelloReply, LookupReply, PutReply, GetReply, PinReply, EmptyReply, StatsReply, Expect,
                              Unexpect, ExpectReply>;
 
-// Appends one whole frame (header and payload) for `message` to `out`. `reply_to` is the
-// request being answered (0 and ignored for requests); `request_id` names a request.
-// InvalidArgument when the message breaks `limits` (a batch too large, a string too long).
+// Appends one whole frame (header and payload) for `message` to `out`, in protocol
+// `version` (a reply: its request's). `reply_to` is the request being answered (0 and
+// ignored for requests); `request_id` names a request. InvalidArgument when the message
+// breaks `limits` (a batch too large, a string too long), or lacks the checksums version 2
+// requires, or the version is unknown.
 Status EncodeFrame(const Message& message, uint64_t request_id, MessageType reply_to, const Limits& limits,
-                   std::vector<std::byte>& out);
+                   std::vector<std::byte>& out, uint16_t version = kVersion);
 
 // The header at the start of `bytes` (at least kHeaderBytes). InvalidArgument for a wrong
 // magic, version, type or flags, or a payload over the limit.

@@ -138,6 +138,11 @@ struct BlockPut {
   BlockType type = BlockType::kUserContext;
   TransitionType transition = TransitionType::kSameToolRepeat;
   double recompute_seconds = 0;  // 0: tokens * StoreOptions::recompute_seconds_per_token
+  // PayloadChecksum(payload) as its writer computed it (a client of `kvtier serve`, end to
+  // end: docs/protocol.md). The tier the block goes into stores this value and checks the
+  // bytes it copies against it in the same pass (Tier::WriteOp::checksum): a payload changed
+  // after it was hashed is refused with Corruption. Default: none (the tier computes it).
+  std::optional<uint64_t> checksum;
 };
 
 // An engine's correction of a stored block's tags (it learns a block's role after putting it).
@@ -173,6 +178,9 @@ struct StoreTierStats {
   uint64_t demotions = 0;   // blocks moved from this tier to a lower one
   uint64_t drops = 0;       // blocks dropped from the store while in this tier
   uint64_t refused = 0;     // admissions the policy refused
+  // Evictions the tier itself failed to complete (an NVMe slot header it could not zero):
+  // the block is gone from the index, its bytes maybe not (TierStats::evict_failures).
+  uint64_t evict_failures = 0;
 };
 
 struct StoreStats {
@@ -236,7 +244,9 @@ class TieredStore {
   // instead: a miss later). With
   // write-through persistence a block is acknowledged once it and its journal record are
   // written; a persist tier without room refuses it, and an I/O error of that tier or the
-  // journal fails the Put (the chain's blocks before it stay stored and durable).
+  // journal fails the Put (the chain's blocks before it stay stored and durable). A block
+  // whose payload does not match its BlockPut::checksum fails the Put with Corruption: it and
+  // the blocks after it are not stored, those before it stay stored.
   Result<PutResult> Put(std::span<const BlockPut> blocks, const std::optional<BlockKey>& parent = std::nullopt);
 
   // The stored prefix of `keys` and where each of its blocks is. Read-only, no I/O.
@@ -247,9 +257,12 @@ class TieredStore {
   // read, and their sizes in `sizes` when it is not empty (one entry per key). A block whose
   // copy is in a tier that is Unavailable ends the read there, as a miss. Reads from
   // lower tiers promote and prefetch as the options say. `transition` is the access's type.
+  // With `checksums` (one entry per key), each block read's checksum: the one the tier
+  // checked the bytes it copied against, which is the writer's BlockPut::checksum when it
+  // sent one (a block gathered from two tiers gets one computed over its bytes).
   Result<std::size_t> Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
                           TransitionType transition = TransitionType::kSameToolRepeat,
-                          std::span<std::size_t> sizes = {});
+                          std::span<std::size_t> sizes = {}, std::span<uint64_t> checksums = {});
 
   // Sets the tags of the stored blocks among `updates` (others are ignored): the policies then
   // rank them, and the predictor learns their outcomes, under the new (type, transition) pair.

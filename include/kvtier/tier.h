@@ -65,10 +65,20 @@ class Tier {
   struct WriteOp {
     BlockKey key;
     std::span<const std::byte> payload;
+    // PayloadChecksum(payload) as the payload's writer computed it (a client of `kvtier
+    // serve`: docs/protocol.md, end-to-end checksums). The tier keeps this value as the
+    // block's checksum and checks the bytes it copied against it in the same pass, so that
+    // bytes changed after the writer hashed them (in shared memory, a socket buffer or the
+    // daemon's memory) are never stored under a valid checksum. Default: none (the tier
+    // computes the checksum of what it copies).
+    std::optional<uint64_t> checksum;
   };
   struct ReadOp {
     BlockKey key;
     std::span<std::byte> out;
+    // When set, a successful read stores here the block's checksum: the one the bytes copied
+    // into `out` matched, which is its writer's when it sent one (end to end). Default: none.
+    uint64_t* checksum = nullptr;
   };
 
   virtual ~Tier() = default;
@@ -76,16 +86,22 @@ class Tier {
   virtual TierKind kind() const = 0;
   virtual const std::string& name() const = 0;
 
-  // Stores a copy of `payload` under `key`, replacing a block with that key. InvalidArgument
-  // for an empty payload; ResourceExhausted when the tier lacks room; IoError / Unavailable
-  // when its device or server fails. On any failure an earlier block stays readable.
-  virtual Status Write(const BlockKey& key, std::span<const std::byte> payload) = 0;
+  // Stores a copy of `op.payload` under `op.key`, replacing a block with that key.
+  // InvalidArgument for an empty payload; ResourceExhausted when the tier lacks room; IoError
+  // / Unavailable when its device or server fails; Corruption when the bytes copied do not
+  // match `op.checksum` (nothing stored, counted as a write failure). On any failure an
+  // earlier block stays readable.
+  virtual Status Write(const WriteOp& op) = 0;
+  // The same without a writer's checksum. Implementations add `using Tier::Write;`.
+  Status Write(const BlockKey& key, std::span<const std::byte> payload) { return Write(WriteOp{key, payload, {}}); }
 
-  // Copies the block into `out` and returns its size. NotFound on a miss; InvalidArgument
+  // Copies the block into `op.out` and returns its size. NotFound on a miss; InvalidArgument
   // when `out` is smaller than the block (nothing copied); Corruption when the stored bytes
   // fail their checksum (the block is dropped and counted). After any error the contents of
   // `out` are unspecified: tiers check the checksum while they copy.
-  virtual Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) = 0;
+  virtual Result<std::size_t> Read(const ReadOp& op) = 0;
+  // The same without the checksum. Implementations add `using Tier::Read;`.
+  Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) { return Read(ReadOp{key, out, nullptr}); }
 
   // The block's size, or nullopt when absent.
   virtual std::optional<std::size_t> Size(const BlockKey& key) const = 0;
@@ -136,8 +152,10 @@ class TierWrapper : public Tier {
 
   TierKind kind() const override { return target_->kind(); }
   const std::string& name() const override { return target_->name(); }
-  Status Write(const BlockKey& key, std::span<const std::byte> payload) override { return target_->Write(key, payload); }
-  Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override { return target_->Read(key, out); }
+  using Tier::Write;
+  Status Write(const WriteOp& op) override { return target_->Write(op); }
+  using Tier::Read;
+  Result<std::size_t> Read(const ReadOp& op) override { return target_->Read(op); }
   std::optional<std::size_t> Size(const BlockKey& key) const override { return target_->Size(key); }
   Status Evict(const BlockKey& key) override { return target_->Evict(key); }
   bool shared() const override { return target_->shared(); }

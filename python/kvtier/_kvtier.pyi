@@ -274,6 +274,8 @@ class Client:
         auth_token: str = "",
         shared_memory_bytes: int = 64 << 20,
         io_timeout_ms: int = 30000,
+        *,
+        checksums: bool = True,
     ) -> Client: ...
     @staticmethod
     def connect_tcp(
@@ -288,11 +290,14 @@ class Client:
         server_name: str = "",
         cert_file: str = "",
         key_file: str = "",
+        checksums: bool = True,
     ) -> Client: ...
     @property
     def shared_memory(self) -> memoryview: ...
     @property
     def tier_count(self) -> int: ...
+    @property
+    def checksum_mismatches(self) -> int: ...
     def lookup(self, chains: Sequence[Sequence[Key]]) -> list[Tuple[int, int, list[int], list[int]]]: ...
     def put(
         self,

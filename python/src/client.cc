@@ -25,8 +25,10 @@ struct SharedMemoryExporter {
   std::shared_ptr<Client> client;
 };
 
-ClientOptions Options(std::string tenant, std::string auth_token, uint64_t shared_memory_bytes, int io_timeout_ms) {
+ClientOptions Options(std::string tenant, std::string auth_token, uint64_t shared_memory_bytes, int io_timeout_ms,
+                      bool checksums) {
   ClientOptions o;
+  o.checksums = checksums;
   o.tenant = std::move(tenant);
   o.auth_token = std::move(auth_token);
   o.shared_memory_bytes = shared_memory_bytes;
@@ -124,22 +126,25 @@ void BindClient(py::module_& m) {
       .def_static(
           "connect_unix",
           [](const std::string& path, std::string tenant, std::string auth_token, uint64_t shared_memory_bytes,
-             int io_timeout_ms) {
+             int io_timeout_ms, bool checksums) {
             Result<std::unique_ptr<Client>> c = [&] {
               py::gil_scoped_release release;
-              return Client::ConnectUnix(
-                  path, Options(std::move(tenant), std::move(auth_token), shared_memory_bytes, io_timeout_ms));
+              return Client::ConnectUnix(path, Options(std::move(tenant), std::move(auth_token), shared_memory_bytes,
+                                                       io_timeout_ms, checksums));
             }();
             return Wrap(std::move(c));
           },
           py::arg("path"), py::arg("tenant") = "", py::arg("auth_token") = "",
-          py::arg("shared_memory_bytes") = uint64_t{64} << 20, py::arg("io_timeout_ms") = 30000,
-          "Connects over the Unix socket, sharing a memory segment of shared_memory_bytes (0: none).")
+          py::arg("shared_memory_bytes") = uint64_t{64} << 20, py::arg("io_timeout_ms") = 30000, py::kw_only(),
+          py::arg("checksums") = true,
+          "Connects over the Unix socket, sharing a memory segment of shared_memory_bytes (0: none). "
+          "checksums=False speaks protocol version 1, without end-to-end checksums (an older server).")
       .def_static(
           "connect_tcp",
           [](const std::string& host, uint16_t port, std::string tenant, std::string auth_token, int io_timeout_ms,
-             bool tls, std::string ca_file, std::string server_name, std::string cert_file, std::string key_file) {
-            ClientOptions options = Options(std::move(tenant), std::move(auth_token), 0, io_timeout_ms);
+             bool tls, std::string ca_file, std::string server_name, std::string cert_file, std::string key_file,
+             bool checksums) {
+            ClientOptions options = Options(std::move(tenant), std::move(auth_token), 0, io_timeout_ms, checksums);
             options.tls = {.enabled = tls,
                            .ca_file = std::move(ca_file),
                            .server_name = std::move(server_name),
@@ -153,10 +158,10 @@ void BindClient(py::module_& m) {
           },
           py::arg("host"), py::arg("port"), py::arg("tenant") = "", py::arg("auth_token") = "",
           py::arg("io_timeout_ms") = 30000, py::kw_only(), py::arg("tls") = false, py::arg("ca_file") = "",
-          py::arg("server_name") = "", py::arg("cert_file") = "", py::arg("key_file") = "",
+          py::arg("server_name") = "", py::arg("cert_file") = "", py::arg("key_file") = "", py::arg("checksums") = true,
           "Connects over TCP; payloads travel inline. tls=True verifies the server's certificate against ca_file "
           "(default: the system's CAs) and server_name (default: host); cert_file and key_file present a client "
-          "certificate.")
+          "certificate. checksums=False: as for connect_unix.")
       .def_property_readonly(
           "shared_memory",
           [](PyClient& self) {
@@ -165,6 +170,9 @@ void BindClient(py::module_& m) {
           },
           "A writable memoryview of the segment shared with the server (empty over TCP).")
       .def_property_readonly("tier_count", [](PyClient& self) { return self.Get()->tier_count(); })
+      .def_property_readonly(
+          "checksum_mismatches", [](PyClient& self) { return self.Get()->checksum_mismatches(); },
+          "Blocks get() received whose bytes did not match their end-to-end checksum (each raised CorruptionError).")
       .def("lookup", &Lookup, py::arg("chains"),
            "For each chain: (prefix_blocks, load_blocks, tiers, sizes) of its longest stored prefix.")
       .def("put", &Put, py::arg("keys"), py::arg("payloads"), py::arg("parent") = py::none(), py::arg("tokens") = 16,

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <variant>
@@ -18,6 +19,8 @@ namespace kvtier {
 
 struct Client::Impl {
   ClientOptions options;
+  uint16_t version = protocol::kVersion;  // of every frame sent: kMinVersion without checksums
+  std::atomic<uint64_t> checksum_mismatches{0};
   std::unique_ptr<server::FrameSocket> socket;  // GUARDED_BY(mu)
   std::optional<server::SharedSegment> segment;
   uint32_t tier_count = 0;
@@ -32,7 +35,7 @@ struct Client::Impl {
     if (broken) return Status::Unavailable("the connection to the kvtier server broke earlier; connect again");
     const uint64_t id = next_request_id++;
     out.clear();
-    KVTIER_RETURN_IF_ERROR(protocol::EncodeFrame(request, id, protocol::MessageType::kError, options.limits, out));
+    KVTIER_RETURN_IF_ERROR(protocol::EncodeFrame(request, id, protocol::MessageType::kError, options.limits, out, version));
     Result<protocol::Message> reply = Exchange(id, fds);
     if (!reply.ok() && (reply.status().code() == StatusCode::kUnavailable)) broken = true;
     return reply;
@@ -77,6 +80,33 @@ struct Client::Impl {
     return Status::Internal("kvtier server sent a reply of the wrong type");
   }
 
+  // Puts block i of a Get's reply into `dst` (its size): copied from the frame when it came
+  // inline, already there when it came through shared memory. In version 2 the bytes in
+  // `dst` are checked against the server's checksum (hashed while copied when inline), and
+  // a block that fails is zeroed and is Corruption.
+  Status Receive(const protocol::GetReply& reply, std::size_t i, const BlockKey& key, std::span<std::byte> dst) {
+    const bool checked = version >= 2;
+    if (checked && reply.checksums.size() != reply.sizes.size()) {
+      return Status::Internal("kvtier server sent a Get reply without its checksums");
+    }
+    uint64_t got = 0;
+    if (!reply.inline_blocks.empty()) {
+      if (!checked) {
+        std::memcpy(dst.data(), reply.inline_blocks[i].data(), dst.size());
+        return Status::Ok();
+      }
+      got = CopyWithChecksum(dst, reply.inline_blocks[i]);
+    } else if (checked) {
+      got = PayloadChecksum(dst);
+    }
+    if (!checked || got == reply.checksums[i]) return Status::Ok();
+    std::fill(dst.begin(), dst.end(), std::byte{0});
+    checksum_mismatches.fetch_add(1, std::memory_order_relaxed);
+    return Status::Corruption("kvtier client: block " + std::to_string(i) + " (" + key.ToHex() +
+                              ") does not match the checksum the server sent with it: its bytes changed in shared "
+                              "memory or in transit. Nothing was returned; retry the Get");
+  }
+
   bool InShared(std::span<const std::byte> bytes) const {
     if (!segment || bytes.empty()) return false;
     const std::span<std::byte> shm = segment->bytes();
@@ -98,6 +128,10 @@ struct Client::Impl {
     KVTIER_ASSIGN_OR_RETURN(protocol::Message reply, Call(hello, fds));
     const auto* m = std::get_if<protocol::HelloReply>(&reply);
     if (m == nullptr) return Status::Internal("kvtier server answered Hello with another message");
+    if (m->version != version) {
+      return Status::Internal("kvtier server answered a version " + std::to_string(version) + " Hello in version " +
+                              std::to_string(m->version));
+    }
     tier_count = m->tier_count;
     return Status::Ok();
   }
@@ -150,6 +184,7 @@ Result<std::unique_ptr<Client>> Client::ConnectUnix(const std::string& socket_pa
   KVTIER_ASSIGN_OR_RETURN(ScopedFd fd, DialUnix(socket_path));
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
+  impl->version = impl->options.checksums ? protocol::kVersion : protocol::kMinVersion;
   impl->socket = std::make_unique<server::FrameSocket>(std::move(fd), impl->options.io_timeout_ms);
   if (impl->options.shared_memory_bytes > 0) {
     KVTIER_ASSIGN_OR_RETURN(server::SharedSegment segment,
@@ -169,6 +204,7 @@ Result<std::unique_ptr<Client>> Client::ConnectTcp(const std::string& host, uint
   KVTIER_ASSIGN_OR_RETURN(ScopedFd fd, DialTcp(host, port));
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
+  impl->version = impl->options.checksums ? protocol::kVersion : protocol::kMinVersion;
   impl->socket = std::make_unique<server::FrameSocket>(std::move(fd), impl->options.io_timeout_ms);
   if (tls != nullptr) {
     const std::string& name = impl->options.tls.server_name.empty() ? host : impl->options.tls.server_name;
@@ -198,12 +234,19 @@ Result<protocol::PutReply> Client::Put(std::span<const ClientBlock> blocks, cons
   put.blocks.reserve(blocks.size());
   for (const ClientBlock& b : blocks) {
     protocol::PutBlock p{.key = b.key, .tokens = b.tokens, .type = b.type, .transition = b.transition,
-                         .payload = {}, .inline_bytes = {}};
+                         .payload = {}, .inline_bytes = {}, .checksum = {}};
+    const bool checksums = impl_->version >= 2;
     if (impl_->InShared(b.payload)) {
       p.payload = impl_->RefTo(b.payload);
+      if (checksums) p.checksum = PayloadChecksum(b.payload);
     } else {
       p.payload.length = static_cast<uint32_t>(b.payload.size());
-      p.inline_bytes.assign(b.payload.begin(), b.payload.end());
+      if (checksums) {  // hashed while copied into the frame: one pass over the caller's bytes
+        p.inline_bytes.resize(b.payload.size());
+        p.checksum = CopyWithChecksum(p.inline_bytes, b.payload);
+      } else {
+        p.inline_bytes.assign(b.payload.begin(), b.payload.end());
+      }
     }
     put.blocks.push_back(std::move(p));
   }
@@ -228,9 +271,9 @@ Result<std::vector<uint32_t>> Client::Get(std::span<const BlockKey> keys, std::s
   }
   KVTIER_ASSIGN_OR_RETURN(protocol::GetReply reply, impl_->CallFor<protocol::GetReply>(get));
   if (reply.sizes.size() > keys.size()) return Status::Internal("kvtier server read more blocks than asked");
-  for (std::size_t i = 0; i < reply.inline_blocks.size(); ++i) {
-    if (reply.inline_blocks[i].size() > outs[i].size()) return Status::Internal("kvtier server sent a block larger than its buffer");
-    std::memcpy(outs[i].data(), reply.inline_blocks[i].data(), reply.inline_blocks[i].size());
+  for (std::size_t i = 0; i < reply.sizes.size(); ++i) {
+    if (reply.sizes[i] > outs[i].size()) return Status::Internal("kvtier server sent a block larger than its buffer");
+    KVTIER_RETURN_IF_ERROR(impl_->Receive(reply, i, keys[i], outs[i].first(reply.sizes[i])));
   }
   return std::move(reply.sizes);
 }
@@ -262,6 +305,8 @@ Status Client::UpdateTags(std::span<const protocol::TagUpdate> updates) {
 Status Client::ReportImportance(std::span<const protocol::ImportanceReport> reports) {
   return impl_->CallFor<protocol::EmptyReply>(protocol::Importance{{reports.begin(), reports.end()}}).status();
 }
+
+uint64_t Client::checksum_mismatches() const { return impl_->checksum_mismatches.load(std::memory_order_relaxed); }
 
 Result<std::string> Client::Stats() {
   KVTIER_ASSIGN_OR_RETURN(protocol::StatsReply reply, impl_->CallFor<protocol::StatsReply>(protocol::Stats{}));

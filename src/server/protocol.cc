@@ -179,7 +179,11 @@ Status Limits::Validate() const {
 }
 
 Status EncodeFrame(const Message& message, uint64_t request_id, MessageType reply_to, const Limits& limits,
-                   std::vector<std::byte>& out) {
+                   std::vector<std::byte>& out, uint16_t version) {
+  if (version < kMinVersion || version > kVersion) {
+    return Status::InvalidArgument("protocol: cannot encode version " + std::to_string(version));
+  }
+  const bool checksums = version >= 2;  // end-to-end checksums in Put and in Get's reply
   std::vector<std::byte> payload;
   Writer w(payload);
   MessageType type = MessageType::kError;
@@ -227,6 +231,12 @@ Status EncodeFrame(const Message& message, uint64_t request_id, MessageType repl
               w.Put(static_cast<uint8_t>(b.type));
               w.Put(static_cast<uint8_t>(b.transition));
               w.Ref(b.payload);
+              if (checksums) {
+                if (checked.ok() && !b.checksum) {
+                  checked = Status::InvalidArgument("protocol: a version 2 Put needs every block's checksum");
+                }
+                w.Put(b.checksum.value_or(0));
+              }
               if (b.payload.segment == PayloadRef::kInline) w.Bytes(b.inline_bytes);
             }
           },
@@ -333,8 +343,14 @@ Status EncodeFrame(const Message& message, uint64_t request_id, MessageType repl
             if (checked.ok() && !m.inline_blocks.empty() && m.inline_blocks.size() != m.sizes.size()) {
               checked = Status::InvalidArgument("protocol: a Get reply carries every block inline or none");
             }
+            if (checked.ok() && checksums && m.checksums.size() != m.sizes.size()) {
+              checked = Status::InvalidArgument("protocol: a version 2 Get reply needs one checksum per block");
+            }
             w.Put(static_cast<uint32_t>(m.sizes.size()));
-            for (uint32_t s : m.sizes) w.Put(s);
+            for (std::size_t i = 0; i < m.sizes.size(); ++i) {
+              w.Put(m.sizes[i]);
+              if (checksums) w.Put(i < m.checksums.size() ? m.checksums[i] : uint64_t{0});
+            }
             w.Put(static_cast<uint32_t>(m.inline_blocks.size()));
             for (const auto& b : m.inline_blocks) w.Bytes(b);
           },
@@ -361,7 +377,7 @@ Status EncodeFrame(const Message& message, uint64_t request_id, MessageType repl
   }
   Writer header(out);
   header.Put(kMagic);
-  header.Put(kVersion);
+  header.Put(version);
   header.Put(static_cast<uint16_t>(static_cast<uint16_t>(type) | (reply ? kReplyBit : 0)));
   header.Put(request_id);
   header.Put(static_cast<uint32_t>(payload.size()));
@@ -383,10 +399,11 @@ Result<FrameHeader> DecodeHeader(std::span<const std::byte> bytes, const Limits&
   const uint16_t flags = r.Get<uint16_t>("flags");
   const uint16_t zero = r.Get<uint16_t>("reserved");
   if (magic != kMagic) return Status::InvalidArgument("protocol: not a kvtier frame (bad magic)");
-  if (version != kVersion) {
-    return Status::InvalidArgument("protocol: version " + std::to_string(version) + " is not supported (this is " +
-                                   std::to_string(kVersion) + ")");
+  if (version < kMinVersion || version > kVersion) {
+    return Status::InvalidArgument("protocol: version " + std::to_string(version) + " is not supported (this reads " +
+                                   std::to_string(kMinVersion) + " to " + std::to_string(kVersion) + ")");
   }
+  h.version = version;
   if (flags != 0 || zero != 0) return Status::InvalidArgument("protocol: unknown header flags");
   h.reply = (type & kReplyBit) != 0;
   const uint16_t base = static_cast<uint16_t>(type & ~kReplyBit);
@@ -405,6 +422,7 @@ Result<Message> DecodePayload(const FrameHeader& h, std::span<const std::byte> p
   if (payload.size() != h.payload_bytes) return Status::InvalidArgument("protocol: the payload's size is not the header's");
   Reader r(payload, limits);
   Message out;
+  const bool checksums = h.version >= 2;  // end-to-end checksums in Put and in Get's reply
   if (h.type == MessageType::kError) {
     ErrorReply m;
     const uint8_t code = r.Get<uint8_t>("error code");
@@ -433,13 +451,14 @@ Result<Message> DecodePayload(const FrameHeader& h, std::span<const std::byte> p
       case MessageType::kPut: {
         Put m;
         if (r.Get<uint8_t>("has parent") != 0) m.parent = r.Key("parent");
-        m.blocks.resize(r.Count("blocks", 16 + 4 + 2 + 16));
+        m.blocks.resize(r.Count("blocks", 16 + 4 + 2 + 16 + (checksums ? 8 : 0)));
         for (PutBlock& b : m.blocks) {
           b.key = r.Key("block key");
           b.tokens = r.Get<uint32_t>("tokens");
           b.type = r.EnumValue<BlockType>("block type", 4);
           b.transition = r.EnumValue<TransitionType>("transition", 4);
           b.payload = r.Ref("payload");
+          if (checksums) b.checksum = r.Get<uint64_t>("checksum");
           if (b.payload.segment == PayloadRef::kInline) {
             b.inline_bytes = r.Bytes("inline payload");
             if (b.inline_bytes.size() != b.payload.length) r.Fail("an inline payload's length is not its reference's");
@@ -527,8 +546,12 @@ Result<Message> DecodePayload(const FrameHeader& h, std::span<const std::byte> p
       }
       case MessageType::kGet: {
         GetReply m;
-        m.sizes.resize(r.Count("sizes", 4));
-        for (uint32_t& s : m.sizes) s = r.Get<uint32_t>("size");
+        m.sizes.resize(r.Count("sizes", checksums ? 12 : 4));
+        if (checksums) m.checksums.resize(m.sizes.size());
+        for (std::size_t i = 0; i < m.sizes.size(); ++i) {
+          m.sizes[i] = r.Get<uint32_t>("size");
+          if (checksums) m.checksums[i] = r.Get<uint64_t>("checksum");
+        }
         const std::size_t inline_count = r.Count("inline blocks", 4);
         if (inline_count != 0 && inline_count != m.sizes.size()) {
           r.Fail("a Get reply carries every block inline or none");

@@ -11,14 +11,15 @@ namespace kvtier::protocol {
 namespace {
 
 // Encodes a message, decodes it back, and returns what came out.
-Message RoundTrip(const Message& m, MessageType reply_to = MessageType::kError) {
+Message RoundTrip(const Message& m, MessageType reply_to = MessageType::kError, uint16_t version = kVersion) {
   const Limits limits;
   std::vector<std::byte> frame;
-  const Status encoded = EncodeFrame(m, 42, reply_to, limits, frame);
+  const Status encoded = EncodeFrame(m, 42, reply_to, limits, frame, version);
   EXPECT_TRUE(encoded.ok()) << encoded.ToString();
   Result<FrameHeader> h = DecodeHeader(frame, limits);
   EXPECT_TRUE(h.ok()) << h.status().ToString();
   EXPECT_EQ(h->request_id, 42u);
+  EXPECT_EQ(h->version, version);
   EXPECT_EQ(h->payload_bytes + kHeaderBytes, frame.size());
   Result<Message> back = DecodePayload(*h, std::span(frame).subspan(kHeaderBytes), limits);
   EXPECT_TRUE(back.ok()) << back.status().ToString();
@@ -38,14 +39,18 @@ TEST(Protocol, EveryRequestRoundTrips) {
   Put put;
   put.parent = BlockKey{7, 8};
   put.blocks.push_back({.key = {9, 10}, .tokens = 16, .type = BlockType::kToolContext,
-                        .transition = TransitionType::kToolSwitch, .payload = {.segment = 0, .offset = 4096, .length = 1 << 20}});
-  put.blocks.push_back({.key = {11, 12}, .tokens = 3, .payload = {.length = 3}, .inline_bytes = {std::byte{1}, std::byte{2}, std::byte{3}}});
+                        .transition = TransitionType::kToolSwitch, .payload = {.segment = 0, .offset = 4096, .length = 1 << 20},
+                        .checksum = 0x0123456789abcdefull});
+  put.blocks.push_back({.key = {11, 12}, .tokens = 3, .payload = {.length = 3}, .inline_bytes = {std::byte{1}, std::byte{2}, std::byte{3}},
+                        .checksum = 5});
   const auto p = std::get<Put>(RoundTrip(put));
   ASSERT_EQ(p.blocks.size(), 2u);
   EXPECT_EQ(p.parent, put.parent);
   EXPECT_EQ(p.blocks[0].type, BlockType::kToolContext);
   EXPECT_EQ(p.blocks[0].payload.offset, 4096u);
   EXPECT_EQ(p.blocks[1].inline_bytes, put.blocks[1].inline_bytes);
+  EXPECT_EQ(p.blocks[0].checksum, 0x0123456789abcdefull);
+  EXPECT_EQ(p.blocks[1].checksum, 5u);
 
   const Get get{.transition = TransitionType::kAgentHandoff, .keys = {{1, 1}}, .destinations = {{.segment = 1, .offset = 0, .length = 64}}};
   const auto g = std::get<Get>(RoundTrip(get));
@@ -74,14 +79,41 @@ TEST(Protocol, EveryReplyRoundTrips) {
   EXPECT_EQ(std::get<LookupReply>(RoundTrip(lookup)).chains[0].tier, (std::vector<uint8_t>{0, 3}));
   EXPECT_EQ(std::get<PutReply>(RoundTrip(PutReply{5, 1, 2})).refused_blocks, 2u);
   EXPECT_EQ(std::get<LookupReply>(RoundTrip(lookup)).chains[0].bytes, (std::vector<uint32_t>{4096, 8192}));
-  EXPECT_EQ(std::get<GetReply>(RoundTrip(GetReply{{10, 20}, {}})).sizes, (std::vector<uint32_t>{10, 20}));
-  const GetReply inline_get{{2, 1}, {{std::byte{7}, std::byte{8}}, {std::byte{9}}}};
+  const auto shared_get = std::get<GetReply>(RoundTrip(GetReply{{10, 20}, {}, {0xab, 0xcd}}));
+  EXPECT_EQ(shared_get.sizes, (std::vector<uint32_t>{10, 20}));
+  EXPECT_EQ(shared_get.checksums, (std::vector<uint64_t>{0xab, 0xcd}));
+  const GetReply inline_get{{2, 1}, {{std::byte{7}, std::byte{8}}, {std::byte{9}}}, {1, 2}};
   EXPECT_EQ(std::get<GetReply>(RoundTrip(inline_get)).inline_blocks, inline_get.inline_blocks);
   EXPECT_EQ(std::get<PinReply>(RoundTrip(PinReply{9, 4})).pinned_blocks, 4u);
   EXPECT_EQ(std::get<ExpectReply>(RoundTrip(ExpectReply{12})).expect_id, 12u);
   EXPECT_TRUE(std::holds_alternative<EmptyReply>(RoundTrip(EmptyReply{}, MessageType::kUnexpect)));
   EXPECT_TRUE(std::holds_alternative<EmptyReply>(RoundTrip(EmptyReply{}, MessageType::kTags)));
   EXPECT_EQ(std::get<StatsReply>(RoundTrip(StatsReply{"{\"a\":1}"})).json, "{\"a\":1}");
+}
+
+// Version 1 (before end-to-end checksums) is still spoken: its Put and Get reply carry no
+// checksums, and version 2 refuses to go without them.
+TEST(Protocol, VersionOneCarriesNoChecksumsAndVersionTwoRequiresThem) {
+  Put put;
+  put.blocks.push_back({.key = {1, 2}, .tokens = 1, .payload = {.length = 1}, .inline_bytes = {std::byte{4}}, .checksum = 9});
+  const auto p = std::get<Put>(RoundTrip(put, MessageType::kError, 1));
+  ASSERT_EQ(p.blocks.size(), 1u);
+  EXPECT_EQ(p.blocks[0].checksum, std::nullopt);
+  EXPECT_EQ(p.blocks[0].inline_bytes, put.blocks[0].inline_bytes);
+  const auto g = std::get<GetReply>(RoundTrip(GetReply{{1}, {{std::byte{4}}}, {9}}, MessageType::kError, 1));
+  EXPECT_EQ(g.sizes, (std::vector<uint32_t>{1}));
+  EXPECT_TRUE(g.checksums.empty());
+  EXPECT_EQ(std::get<HelloReply>(RoundTrip(HelloReply{.version = 1, .tier_count = 2}, MessageType::kError, 1)).version, 1u);
+
+  std::vector<std::byte> frame;
+  put.blocks[0].checksum.reset();
+  EXPECT_EQ(EncodeFrame(put, 1, MessageType::kError, Limits{}, frame).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodeFrame(GetReply{{1, 2}, {}, {3}}, 1, MessageType::kGet, Limits{}, frame).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodeFrame(Stats{}, 1, MessageType::kError, Limits{}, frame, 3).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(EncodeFrame(Stats{}, 1, MessageType::kError, Limits{}, frame, 1).ok());
+  frame[4] = std::byte{3};  // a version from the future
+  EXPECT_NE(DecodeHeader(frame, Limits{}).status().message().find("version 3"), std::string::npos);
 }
 
 TEST(Protocol, MalformedFramesAreClearErrors) {

@@ -81,12 +81,13 @@ Result<std::pair<ScopedFd, uint16_t>> ListenTcp(const std::string& host, uint16_
   return std::pair<ScopedFd, uint16_t>(std::move(fd), bound_port);
 }
 
-// Sends one Error frame on a socket we are about to close; best effort.
+// Sends one Error frame on a socket we are about to close; best effort. In the oldest
+// version: an Error is the same in all of them, and every client reads that one.
 void SendError(FrameSocket& socket, const Status& status, uint64_t request_id, protocol::MessageType reply_to,
                const protocol::Limits& limits) {
   std::vector<std::byte> frame;
   if (protocol::EncodeFrame(protocol::ErrorReply{status.code(), status.message().substr(0, limits.max_string_bytes)},
-                            request_id, reply_to, limits, frame)
+                            request_id, reply_to, limits, frame, protocol::kMinVersion)
           .ok()) {
     (void)socket.Send(frame);
   }
@@ -258,13 +259,21 @@ struct Server::Impl {
         return;
       }
       if (options.metrics) options.metrics->InFlightAdd(1);
-      server::Reply reply = session.Handle(*request, fds);
+      // Each request is answered in the protocol version of its frame (version 1 clients
+      // get no checksums).
+      server::Reply reply = session.Handle(*request, header->version, fds);
+      // Counted before the reply leaves: a client that sees the refusal sees the count.
+      if (options.metrics && reply.put_checksum_mismatches > 0) {
+        options.metrics->PutChecksumMismatches(reply.put_checksum_mismatches);
+      }
       out.clear();
-      Status encoded = protocol::EncodeFrame(reply.message, header->request_id, header->type, options.limits, out);
+      Status encoded =
+          protocol::EncodeFrame(reply.message, header->request_id, header->type, options.limits, out, header->version);
       if (!encoded.ok()) {  // e.g. a reply over the frame limit: say so instead
         reply = {protocol::ErrorReply{encoded.code(), encoded.message().substr(0, options.limits.max_string_bytes)}};
         out.clear();
-        encoded = protocol::EncodeFrame(reply.message, header->request_id, header->type, options.limits, out);
+        encoded =
+            protocol::EncodeFrame(reply.message, header->request_id, header->type, options.limits, out, header->version);
       }
       const bool ok = !std::holds_alternative<protocol::ErrorReply>(reply.message);
       const Status sent = encoded.ok() ? socket.Send(out) : encoded;

@@ -14,7 +14,10 @@
 
 #include "kvtier/client.h"
 #include "kvtier/tiers.h"
+#include "server/frame_io.h"
 #include "server/service_metrics.h"
+#include "server/shared_segment.h"
+#include "testing/faulty_tier.h"
 #include "util/posix_file.h"
 
 namespace kvtier {
@@ -92,6 +95,55 @@ class ServerTest : public ::testing::Test {
     Result<protocol::PutReply> put = client.Put(blocks);
     ASSERT_TRUE(put.ok()) << put.status().ToString();
     EXPECT_EQ(put->new_blocks + put->present_blocks, n);
+  }
+
+  // Replaces the store (before StartServer) with one over a FaultyTier around DRAM.
+  testing::FaultyTier* UseFaultyStore() {
+    Result<std::unique_ptr<Tier>> dram = NewDramTier(
+        {.name = "dram", .capacity_bytes = 64u << 20, .lock_memory = false, .huge_pages = false, .pin_for_gpu = false});
+    EXPECT_TRUE(dram.ok()) << dram.status().ToString();
+    auto faulty = std::make_unique<testing::FaultyTier>(std::move(*dram));
+    testing::FaultyTier* handle = faulty.get();
+    std::vector<std::unique_ptr<Tier>> tiers;
+    tiers.push_back(std::move(faulty));
+    Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(std::move(tiers), {});
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    store_ = std::move(*store);
+    return handle;
+  }
+
+  // A client that speaks the protocol itself, over its own shared segment: it can change a
+  // payload in shared memory after hashing it, which Client never does.
+  struct RawClient {
+    std::unique_ptr<server::FrameSocket> socket;
+    std::optional<server::SharedSegment> segment;
+    uint16_t version = protocol::kVersion;
+    uint64_t next_id = 1;
+
+    Result<protocol::Message> Call(const protocol::Message& m, std::span<const int> fds = {}) {
+      std::vector<std::byte> frame, payload;
+      KVTIER_RETURN_IF_ERROR(protocol::EncodeFrame(m, next_id++, protocol::MessageType::kError, {}, frame, version));
+      KVTIER_RETURN_IF_ERROR(socket->Send(frame, fds));
+      std::vector<ScopedFd> no_fds;
+      KVTIER_ASSIGN_OR_RETURN(protocol::FrameHeader header, socket->Receive({}, payload, no_fds));
+      return protocol::DecodePayload(header, payload, {});
+    }
+  };
+  std::unique_ptr<RawClient> RawHello(uint16_t version = protocol::kVersion) {
+    auto raw = std::make_unique<RawClient>();
+    raw->socket = std::make_unique<server::FrameSocket>(RawConnect(), 10000);
+    raw->version = version;
+    Result<server::SharedSegment> segment = server::SharedSegment::Create(4 * kBlockBytes, "kvtier-raw-test");
+    EXPECT_TRUE(segment.ok()) << segment.status().ToString();
+    raw->segment.emplace(std::move(*segment));
+    const int fd = raw->segment->fd();
+    Result<protocol::Message> hello =
+        raw->Call(protocol::Hello{.tenant = "", .auth_token = "", .segment_bytes = {4 * kBlockBytes}}, {&fd, 1});
+    EXPECT_TRUE(hello.ok() && std::holds_alternative<protocol::HelloReply>(*hello));
+    if (hello.ok()) {
+      EXPECT_EQ(std::get<protocol::HelloReply>(*hello).version, version);
+    }
+    return raw;
   }
 
   std::string dir_;
@@ -265,7 +317,8 @@ TEST_F(ServerTest, StalledAndVanishingClientsDoNotStallOthers) {
   ScopedFd stalled = RawConnect();
   std::vector<std::byte> frame;
   protocol::Put put;
-  put.blocks.push_back({.key = Key(9, 0), .payload = {.length = kBlockBytes}, .inline_bytes = Payload(9, 0)});
+  put.blocks.push_back({.key = Key(9, 0), .payload = {.length = kBlockBytes}, .inline_bytes = Payload(9, 0),
+                        .checksum = PayloadChecksum(Payload(9, 0))});
   ASSERT_TRUE(protocol::EncodeFrame(put, 1, protocol::MessageType::kError, {}, frame).ok());
   ASSERT_EQ(::write(stalled.get(), frame.data(), frame.size() / 2), static_cast<ssize_t>(frame.size() / 2));
   {
@@ -412,6 +465,137 @@ TEST_F(ServerTest, ConcurrentClientsLoseNothing) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(failures.load(), 0);
+}
+
+// Issue 18, end-to-end checksums. A byte flipped in the client's shared memory after the
+// client hashed the payload (here by a client that does so on purpose) is refused with
+// Corruption and counted; nothing of that block is stored, the blocks before it are, and the
+// connection stays usable. The same for an inline payload changed on its way.
+TEST_F(ServerTest, PutOfBytesChangedAfterTheClientHashedThemIsRefused) {
+  StartServer();
+  std::unique_ptr<RawClient> raw = RawHello();
+  std::span<std::byte> shm = raw->segment->bytes();
+  protocol::Put put;
+  for (uint32_t i = 0; i < 2; ++i) {
+    std::span<std::byte> slot = shm.subspan(i * kBlockBytes, kBlockBytes);
+    Fill(slot, 5, i);
+    put.blocks.push_back({.key = Key(5, i), .tokens = 16,
+                          .payload = {.segment = 0, .offset = uint64_t{i} * kBlockBytes, .length = kBlockBytes},
+                          .checksum = PayloadChecksum(slot)});
+  }
+  shm[kBlockBytes + 1000] ^= std::byte{0x20};  // block 1, after it was hashed
+  Result<protocol::Message> reply = raw->Call(put);
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  ASSERT_TRUE(std::holds_alternative<protocol::ErrorReply>(*reply));
+  const protocol::ErrorReply& error = std::get<protocol::ErrorReply>(*reply);
+  EXPECT_EQ(error.code, StatusCode::kCorruption);
+  EXPECT_NE(error.message.find("checksum"), std::string::npos) << error.message;
+  EXPECT_EQ(metrics_.Read().put_checksum_mismatches, 1u);
+
+  Result<protocol::Message> found = raw->Call(protocol::Lookup{{{Key(5, 0), Key(5, 1)}}});
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_EQ(std::get<protocol::LookupReply>(*found).chains[0].prefix_blocks, 1u);
+
+  // The payload corrupted on its way inline: refused the same way.
+  protocol::Put inline_put;
+  std::vector<std::byte> bytes = Payload(6, 0);
+  inline_put.blocks.push_back({.key = Key(6, 0), .payload = {.length = kBlockBytes}, .inline_bytes = bytes,
+                               .checksum = PayloadChecksum(bytes)});
+  inline_put.blocks[0].inline_bytes[77] ^= std::byte{1};
+  reply = raw->Call(inline_put);
+  ASSERT_TRUE(reply.ok());
+  ASSERT_TRUE(std::holds_alternative<protocol::ErrorReply>(*reply));
+  EXPECT_EQ(std::get<protocol::ErrorReply>(*reply).code, StatusCode::kCorruption);
+  EXPECT_EQ(metrics_.Read().put_checksum_mismatches, 2u);
+
+  // Sent again whole, both go in.
+  shm[kBlockBytes + 1000] ^= std::byte{0x20};
+  reply = raw->Call(put);
+  ASSERT_TRUE(reply.ok());
+  ASSERT_TRUE(std::holds_alternative<protocol::PutReply>(*reply));
+  EXPECT_EQ(std::get<protocol::PutReply>(*reply).new_blocks, 1u);
+  EXPECT_EQ(std::get<protocol::PutReply>(*reply).present_blocks, 1u);
+}
+
+// A block changed after the tier checked it (in the daemon's memory, in the segment or on the
+// wire: here a FaultyTier flips a bit behind the DRAM tier's check) reaches the client with
+// the checksum it was stored under: the client refuses it, counts it, zeroes the buffer, and
+// the next Get on the same connection reads it whole. Through shared memory and inline.
+TEST_F(ServerTest, ClientsRefuseBlocksChangedAfterTheTierCheckedThem) {
+  testing::FaultyTier* faulty = UseFaultyStore();
+  ServerOptions options;
+  options.tcp = true;
+  StartServer(options);
+  auto local = Connect();
+  ASSERT_NE(local, nullptr);
+  PutChain(*local, 8, 2);
+  const std::vector<BlockKey> keys = {Key(8, 0), Key(8, 1)};
+
+  std::span<std::byte> shm = local->shared_memory();
+  const std::vector<std::span<std::byte>> shared_outs = {shm.subspan(4 * kBlockBytes, kBlockBytes),
+                                                         shm.subspan(5 * kBlockBytes, kBlockBytes)};
+  faulty->CorruptNextReads(1);
+  Result<std::vector<uint32_t>> sizes = local->Get(keys, shared_outs);
+  ASSERT_FALSE(sizes.ok());
+  EXPECT_EQ(sizes.status().code(), StatusCode::kCorruption) << sizes.status().ToString();
+  EXPECT_NE(sizes.status().message().find("checksum"), std::string::npos);
+  EXPECT_EQ(local->checksum_mismatches(), 1u);
+  EXPECT_TRUE(std::ranges::all_of(shared_outs[0], [](std::byte b) { return b == std::byte{0}; }));
+  sizes = local->Get(keys, shared_outs);
+  ASSERT_TRUE(sizes.ok()) << sizes.status().ToString();
+  EXPECT_TRUE(std::ranges::equal(shared_outs[1], Payload(8, 1)));
+
+  Result<std::unique_ptr<Client>> remote = Client::ConnectTcp("127.0.0.1", server_->tcp_port());
+  ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+  std::vector<std::vector<std::byte>> buffers(2, std::vector<std::byte>(kBlockBytes));
+  const std::vector<std::span<std::byte>> inline_outs = {buffers[0], buffers[1]};
+  faulty->CorruptNextReads(1);
+  sizes = (*remote)->Get(keys, inline_outs);
+  EXPECT_EQ(sizes.status().code(), StatusCode::kCorruption) << sizes.status().ToString();
+  EXPECT_EQ((*remote)->checksum_mismatches(), 1u);
+  sizes = (*remote)->Get(keys, inline_outs);
+  ASSERT_TRUE(sizes.ok()) << sizes.status().ToString();
+  EXPECT_EQ(buffers[0], Payload(8, 0));
+  EXPECT_EQ(buffers[1], Payload(8, 1));
+}
+
+// Version 1 clients (no checksums) keep working against this server, over shared memory and
+// inline, and see the blocks version 2 clients put (and the other way round).
+TEST_F(ServerTest, VersionOneClientsWithoutChecksumsStillWork) {
+  ServerOptions options;
+  options.tcp = true;
+  StartServer(options);
+  auto old_client = Connect({.checksums = false});
+  ASSERT_NE(old_client, nullptr);
+  PutChain(*old_client, 12, 3);
+  auto new_client = Connect();
+  ASSERT_NE(new_client, nullptr);
+  PutChain(*new_client, 13, 2);
+  for (Client* client : {old_client.get(), new_client.get()}) {
+    for (uint64_t chain : {uint64_t{12}, uint64_t{13}}) {
+      std::span<std::byte> shm = client->shared_memory();
+      const std::vector<BlockKey> keys = {Key(chain, 0), Key(chain, 1)};
+      const std::vector<std::span<std::byte>> outs = {shm.subspan(6 * kBlockBytes, kBlockBytes),
+                                                      shm.subspan(7 * kBlockBytes, kBlockBytes)};
+      Result<std::vector<uint32_t>> sizes = client->Get(keys, outs);
+      ASSERT_TRUE(sizes.ok()) << sizes.status().ToString();
+      EXPECT_EQ(sizes->size(), 2u);
+      EXPECT_TRUE(std::ranges::equal(outs[1], Payload(chain, 1)));
+    }
+  }
+  Result<std::unique_ptr<Client>> old_remote =
+      Client::ConnectTcp("127.0.0.1", server_->tcp_port(), {.shared_memory_bytes = 0, .checksums = false});
+  ASSERT_TRUE(old_remote.ok()) << old_remote.status().ToString();
+  const std::vector<std::byte> payload = Payload(14, 0);
+  const std::vector<ClientBlock> blocks = {{.key = Key(14, 0), .payload = payload}};
+  ASSERT_TRUE((*old_remote)->Put(blocks).ok());
+  std::vector<std::byte> out(kBlockBytes);
+  const std::vector<std::span<std::byte>> outs = {out};
+  Result<std::vector<uint32_t>> sizes = (*old_remote)->Get(std::vector<BlockKey>{Key(14, 0)}, outs);
+  ASSERT_TRUE(sizes.ok()) << sizes.status().ToString();
+  EXPECT_EQ(out, payload);
+  // A raw version 1 Hello is answered in version 1.
+  EXPECT_NE(RawHello(protocol::kMinVersion), nullptr);
 }
 
 }  // namespace

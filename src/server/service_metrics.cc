@@ -92,6 +92,8 @@ void RenderStore(const StoreStats& s, Exposition& e) {
       {"kvtier_tier_drops_total", "counter", "Blocks dropped from the store while in this tier.",
        &StoreTierStats::drops},
       {"kvtier_tier_refused_total", "counter", "Admissions to this tier its policy refused.", &StoreTierStats::refused},
+      {"kvtier_tier_evict_failures_total", "counter",
+       "Evictions the tier failed to complete (e.g. an NVMe slot header not zeroed).", &StoreTierStats::evict_failures},
   };
   for (const TierFamily& f : kTierFamilies) {
     e.Family(f.name, f.type, f.help);
@@ -122,6 +124,11 @@ void RenderStore(const StoreStats& s, Exposition& e) {
            s.eviction_failures);
   e.Single("kvtier_pending_evictions", "gauge", "Evictions waiting for their tier to come back.",
            s.pending_evictions);
+  e.Single("kvtier_shared_found_blocks_total", "counter",
+           "Blocks found in the shared tier by their cards (put by other nodes) and indexed.", s.shared_found_blocks);
+  e.Single("kvtier_shared_publish_failures_total", "counter",
+           "Writes of a block or its card to the shared tier that failed (the block stayed local).",
+           s.shared_publish_failures);
   e.Single("kvtier_prefetch_issued_blocks_total", "counter", "Blocks prefetched into the fastest tier.",
            s.prefetch_issued);
   e.Single("kvtier_prefetch_used_blocks_total", "counter", "Prefetched blocks a Get then read.", s.prefetch_used);
@@ -248,6 +255,11 @@ void RenderService(const ServiceMetrics::Snapshot& s, Exposition& e) {
   e.Single("kvtier_tls_handshakes_failed_total", "counter",
            "TCP connections closed before their TLS handshake finished (plain-text clients, untrusted or silent peers).",
            s.tls_handshakes_failed);
+  // Labelled by direction so that a reading side can join the family; the daemon sees only
+  // puts (a Get's checksum is checked by the client, which counts its own mismatches).
+  e.Family("kvtier_checksum_mismatches_total", "counter",
+           "Blocks whose bytes did not match their end-to-end checksum (put: refused, nothing stored).");
+  e.Sample("kvtier_checksum_mismatches_total", LabelSet({{"direction", "put"}}), Number(s.put_checksum_mismatches));
   e.Single("kvtier_requests_in_flight", "gauge", "Requests being served now.", s.in_flight);
 }
 
@@ -306,6 +318,9 @@ void ServiceMetrics::ConnectionClosed() { connections_open_.fetch_sub(1, std::me
 void ServiceMetrics::ConnectionRejected() { connections_rejected_.fetch_add(1, std::memory_order_relaxed); }
 void ServiceMetrics::FrameRejected() { frames_rejected_.fetch_add(1, std::memory_order_relaxed); }
 void ServiceMetrics::TlsHandshakeFailed() { tls_handshakes_failed_.fetch_add(1, std::memory_order_relaxed); }
+void ServiceMetrics::PutChecksumMismatches(uint64_t blocks) {
+  put_checksum_mismatches_.fetch_add(blocks, std::memory_order_relaxed);
+}
 void ServiceMetrics::InFlightAdd(int64_t delta) { in_flight_.fetch_add(delta, std::memory_order_relaxed); }
 
 ServiceMetrics::Snapshot ServiceMetrics::Read() const {
@@ -325,6 +340,7 @@ ServiceMetrics::Snapshot ServiceMetrics::Read() const {
   s.connections_rejected = connections_rejected_.load(std::memory_order_relaxed);
   s.frames_rejected = frames_rejected_.load(std::memory_order_relaxed);
   s.tls_handshakes_failed = tls_handshakes_failed_.load(std::memory_order_relaxed);
+  s.put_checksum_mismatches = put_checksum_mismatches_.load(std::memory_order_relaxed);
   s.in_flight = in_flight_.load(std::memory_order_relaxed);
   return s;
 }

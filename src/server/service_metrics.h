@@ -65,6 +65,8 @@ class ServiceMetrics {
   void ConnectionRejected();  // refused before it was opened: over the connection limit or failed auth
   void FrameRejected();       // a malformed frame that closed its connection
   void TlsHandshakeFailed();  // a TCP connection closed before its TLS handshake finished
+  // Put blocks refused because their bytes did not match the client's end-to-end checksum.
+  void PutChecksumMismatches(uint64_t blocks);
   void InFlightAdd(int64_t delta);  // requests being served now: +1 when one starts, -1 when it ends
 
   struct OpSnapshot {
@@ -77,6 +79,7 @@ class ServiceMetrics {
     std::array<OpSnapshot, kOps> ops;  // in RequestTypes() order
     int64_t connections_open = 0;
     uint64_t connections_total = 0, connections_rejected = 0, frames_rejected = 0, tls_handshakes_failed = 0;
+    uint64_t put_checksum_mismatches = 0;
     int64_t in_flight = 0;
   };
   Snapshot Read() const;
@@ -90,6 +93,7 @@ class ServiceMetrics {
   std::array<Op, kOps> ops_;
   std::atomic<int64_t> connections_open_{0};
   std::atomic<uint64_t> connections_total_{0}, connections_rejected_{0}, frames_rejected_{0}, tls_handshakes_failed_{0};
+  std::atomic<uint64_t> put_checksum_mismatches_{0};
   std::atomic<int64_t> in_flight_{0};
 };
 

@@ -268,6 +268,7 @@ TEST(ServiceMetrics, ConnectionsAndInFlight) {
   m.ConnectionClosed();
   m.ConnectionRejected();
   m.FrameRejected();
+  m.PutChecksumMismatches(2);
   m.InFlightAdd(3);
   m.InFlightAdd(-1);
   const ServiceMetrics::Snapshot s = m.Read();
@@ -275,6 +276,7 @@ TEST(ServiceMetrics, ConnectionsAndInFlight) {
   EXPECT_EQ(s.connections_total, 2u);
   EXPECT_EQ(s.connections_rejected, 1u);
   EXPECT_EQ(s.frames_rejected, 1u);
+  EXPECT_EQ(s.put_checksum_mismatches, 2u);
   EXPECT_EQ(s.in_flight, 2);
 }
 
@@ -293,10 +295,11 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
   for (const char* family :
        {"kvtier_tier_capacity_bytes", "kvtier_tier_used_bytes", "kvtier_tier_blocks", "kvtier_tier_hits_total",
         "kvtier_tier_promotions_total", "kvtier_tier_demotions_total", "kvtier_tier_drops_total",
-        "kvtier_tier_refused_total", "kvtier_lookups_total", "kvtier_lookup_blocks_total", "kvtier_gets_total",
+        "kvtier_tier_refused_total", "kvtier_tier_evict_failures_total", "kvtier_lookups_total", "kvtier_lookup_blocks_total", "kvtier_gets_total",
         "kvtier_get_blocks_total", "kvtier_get_misses_total", "kvtier_puts_total", "kvtier_put_blocks_total",
         "kvtier_corrupt_blocks_total", "kvtier_vanished_copies_total", "kvtier_eviction_failures_total",
-        "kvtier_pending_evictions", "kvtier_prefetch_issued_blocks_total", "kvtier_prefetch_used_blocks_total",
+        "kvtier_pending_evictions", "kvtier_shared_found_blocks_total", "kvtier_shared_publish_failures_total",
+        "kvtier_prefetch_issued_blocks_total", "kvtier_prefetch_used_blocks_total",
         "kvtier_prefetch_wasted_blocks_total", "kvtier_prefetch_wasted_bytes_total", "kvtier_prefetch_window_blocks",
         "kvtier_recompute_preferred_total", "kvtier_head_splits_total", "kvtier_head_split_reads_total",
         "kvtier_head_importance_assumed", "kvtier_mover_queue_depth", "kvtier_pinned_blocks", "kvtier_index_blocks",
@@ -308,10 +311,11 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
         "kvtier_request_duration_seconds", "kvtier_requests_total", "kvtier_request_blocks_total",
         "kvtier_request_payload_bytes_total", "kvtier_connections_open", "kvtier_connections_total",
         "kvtier_connections_rejected_total", "kvtier_frames_rejected_total", "kvtier_tls_handshakes_failed_total",
-        "kvtier_requests_in_flight"}) {
+        "kvtier_checksum_mismatches_total", "kvtier_requests_in_flight"}) {
     EXPECT_TRUE(e.types.contains(family)) << family;
   }
-  EXPECT_EQ(e.types.size(), 56u) << "a family was added: list it here and in docs/metrics.md";
+  EXPECT_EQ(e.types.size(), 60u) << "a family was added: list it here and in docs/metrics.md";
+  EXPECT_EQ(e.Value("kvtier_checksum_mismatches_total", {{"direction", "put"}}), 0);
 
   EXPECT_EQ(e.Value("kvtier_tier_capacity_bytes", {{"tier", "hbm"}, {"kind", "gpu_hbm"}}), 1 << 30);
   EXPECT_EQ(e.Value("kvtier_tier_blocks", {{"tier", "nvme0"}, {"kind", "nvme"}}), 0);

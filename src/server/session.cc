@@ -51,6 +51,8 @@ std::string StatsJson(const StoreStats& s, const std::string& predictor_json) {
       {"prefetch_wasted", s.prefetch_wasted}, {"prefetch_window", s.prefetch_window},
       {"queued_moves", s.queued_moves}, {"pinned_blocks", s.pinned_blocks}, {"index_blocks", s.index_blocks},
       {"expected_blocks", s.expected_blocks},
+      {"shared_found_blocks", s.shared_found_blocks}, {"shared_publish_failures", s.shared_publish_failures},
+      {"vanished_copies", s.vanished_copies},
       {"recovered_blocks", s.recovered_blocks}, {"recovery_dropped_blocks", s.recovery_dropped_blocks},
       {"predictor", nlohmann::json::parse(predictor_json)}};
   return out.dump();
@@ -61,8 +63,8 @@ std::string StatsJson(const StoreStats& s, const std::string& predictor_json) {
 Session::Session(TieredStore& store, const ServerOptions& options, bool tcp)
     : store_(store), options_(options), tcp_(tcp) {}
 
-Reply Session::Handle(const protocol::Message& request, std::vector<ScopedFd>& fds) {
-  if (const auto* hello = std::get_if<protocol::Hello>(&request)) return Hello(*hello, fds);
+Reply Session::Handle(const protocol::Message& request, uint16_t version, std::vector<ScopedFd>& fds) {
+  if (const auto* hello = std::get_if<protocol::Hello>(&request)) return Hello(*hello, version, fds);
   if (!tenant_) return Error(Status::FailedPrecondition("send Hello first"), /*close=*/true);
   if (!fds.empty()) return Error(Status::InvalidArgument("descriptors may only come with Hello"), /*close=*/true);
   return std::visit(
@@ -70,7 +72,7 @@ Reply Session::Handle(const protocol::Message& request, std::vector<ScopedFd>& f
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, protocol::Lookup>) return Lookup(m);
         else if constexpr (std::is_same_v<T, protocol::Put>) return Put(m);
-        else if constexpr (std::is_same_v<T, protocol::Get>) return Get(m);
+        else if constexpr (std::is_same_v<T, protocol::Get>) return Get(m, version);
         else if constexpr (std::is_same_v<T, protocol::Prefetch>) {
           store_.Prefetch(tenant_->Map(m.keys));
           return {protocol::EmptyReply{}, false, m.keys.size(), 0};
@@ -86,7 +88,7 @@ Reply Session::Handle(const protocol::Message& request, std::vector<ScopedFd>& f
       request);
 }
 
-Reply Session::Hello(const protocol::Hello& m, std::vector<ScopedFd>& fds) {
+Reply Session::Hello(const protocol::Hello& m, uint16_t version, std::vector<ScopedFd>& fds) {
   if (tenant_) return Error(Status::FailedPrecondition("Hello was already sent on this connection"), true);
   const TenantOptions* known = nullptr;
   if (!options_.tenants.empty()) {
@@ -132,7 +134,8 @@ Reply Session::Hello(const protocol::Hello& m, std::vector<ScopedFd>& fds) {
   }
   fds.clear();
   tenant_.emplace(m.tenant);
-  return {protocol::HelloReply{protocol::kVersion, static_cast<uint32_t>(store_.tier_count())}};
+  // The client's version, which this server speaks too (frames of others do not decode).
+  return {protocol::HelloReply{version, static_cast<uint32_t>(store_.tier_count())}};
 }
 
 Result<std::span<std::byte>> Session::Resolve(const protocol::PayloadRef& ref) const {
@@ -170,19 +173,28 @@ Reply Session::Put(const protocol::Put& m) {
       payload = *shared;
     }
     bytes += payload.size();
+    // The client's checksum goes down to the tier, which checks the bytes against it while
+    // it copies them: no extra pass here, and no byte changed after the client hashed it (in
+    // the segment, the socket or this process) is stored.
     puts.push_back({.key = tenant_->Map(b.key), .payload = payload, .tokens = b.tokens, .type = b.type,
-                    .transition = b.transition});
+                    .transition = b.transition, .checksum = b.checksum});
   }
   std::optional<BlockKey> parent;
   if (m.parent) parent = tenant_->Map(*m.parent);
   Result<PutResult> r = store_.Put(puts, parent);
-  if (!r.ok()) return Error(r.status());
+  if (!r.ok()) {
+    Reply refused = Error(r.status());
+    // Only a checksum the client sent makes a tier refuse a write as Corruption.
+    const bool checksummed = !m.blocks.empty() && m.blocks.front().checksum.has_value();
+    if (r.status().code() == StatusCode::kCorruption && checksummed) refused.put_checksum_mismatches = 1;
+    return refused;
+  }
   return {protocol::PutReply{static_cast<uint32_t>(r->new_blocks), static_cast<uint32_t>(r->present_blocks),
                              static_cast<uint32_t>(r->refused_blocks)},
           false, m.blocks.size(), bytes};
 }
 
-Reply Session::Get(const protocol::Get& m) {
+Reply Session::Get(const protocol::Get& m, uint16_t version) {
   std::vector<std::span<std::byte>> outs;
   outs.reserve(m.keys.size());
   // Inline destinations (TCP clients) are read into buffers the reply then carries; their
@@ -195,7 +207,8 @@ Reply Session::Get(const protocol::Get& m) {
       return Error(Status::InvalidArgument("a Get's destinations must be all inline or all shared"));
     }
     if (inline_reply) {
-      inline_total += uint64_t{d.length} + 8;  // each block's bytes plus its size and length fields
+      // each block's bytes plus its size and length fields (and its checksum in version 2)
+      inline_total += uint64_t{d.length} + (version >= 2 ? 16 : 8);
       if (inline_total + 8 > options_.limits.max_payload_bytes) {
         return Error(Status::ResourceExhausted("a Get of " + std::to_string(inline_total) +
                                                " inline bytes is over the frame limit; use shared memory or smaller batches"));
@@ -209,9 +222,13 @@ Reply Session::Get(const protocol::Get& m) {
     }
   }
   std::vector<std::size_t> sizes(m.keys.size(), 0);
-  Result<std::size_t> read = store_.Get(tenant_->Map(m.keys), outs, m.transition, sizes);
+  // Version 2: each block's stored checksum (its writer's), which the tier checked the bytes
+  // against as it copied them into `outs`; the client checks its copy against it in turn.
+  std::vector<uint64_t> checksums(version >= 2 ? m.keys.size() : 0, 0);
+  Result<std::size_t> read = store_.Get(tenant_->Map(m.keys), outs, m.transition, sizes, checksums);
   if (!read.ok()) return Error(read.status());
   protocol::GetReply reply;
+  if (!checksums.empty()) reply.checksums.assign(checksums.begin(), checksums.begin() + static_cast<std::ptrdiff_t>(*read));
   uint64_t bytes = 0;
   for (std::size_t i = 0; i < *read; ++i) {
     reply.sizes.push_back(static_cast<uint32_t>(sizes[i]));

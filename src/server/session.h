@@ -22,6 +22,7 @@ struct Reply {
   protocol::Message message;
   bool close = false;  // close the connection once the reply is sent (a refused Hello)
   uint64_t blocks = 0, payload_bytes = 0;  // what the request moved, for the metrics
+  uint64_t put_checksum_mismatches = 0;    // Put blocks refused for their end-to-end checksum
 };
 
 class Session {
@@ -29,14 +30,15 @@ class Session {
   // `tcp`: the client came over TCP (it cannot pass shared-memory descriptors).
   Session(TieredStore& store, const ServerOptions& options, bool tcp);
 
-  // Serves one decoded request; `fds` are the descriptors that came with it (Hello's segments).
-  Reply Handle(const protocol::Message& request, std::vector<ScopedFd>& fds);
+  // Serves one decoded request that came in protocol `version` (its reply's); `fds` are the
+  // descriptors that came with it (Hello's segments).
+  Reply Handle(const protocol::Message& request, uint16_t version, std::vector<ScopedFd>& fds);
 
  private:
-  Reply Hello(const protocol::Hello& m, std::vector<ScopedFd>& fds);
+  Reply Hello(const protocol::Hello& m, uint16_t version, std::vector<ScopedFd>& fds);
   Reply Lookup(const protocol::Lookup& m);
   Reply Put(const protocol::Put& m);
-  Reply Get(const protocol::Get& m);
+  Reply Get(const protocol::Get& m, uint16_t version);
   Reply Pin(const protocol::Pin& m);
   Reply Unpin(const protocol::Unpin& m);
   Reply Expect(const protocol::Expect& m);

@@ -19,8 +19,10 @@ class CapacityTier final : public Tier {
 
   TierKind kind() const override { return kind_; }
   const std::string& name() const override { return name_; }
-  Status Write(const BlockKey&, std::span<const std::byte>) override { return Refuse(); }
-  Result<std::size_t> Read(const BlockKey&, std::span<std::byte>) override { return Refuse(); }
+  using Tier::Write;
+  Status Write(const WriteOp&) override { return Refuse(); }
+  using Tier::Read;
+  Result<std::size_t> Read(const ReadOp&) override { return Refuse(); }
   std::optional<std::size_t> Size(const BlockKey&) const override { return std::nullopt; }
   Status Evict(const BlockKey&) override { return Refuse(); }
   TierStats GetStats() const override { return {.capacity_bytes = capacity_bytes_}; }

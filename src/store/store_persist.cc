@@ -79,8 +79,9 @@ void TieredStore::Impl::MaybeCompactJournal() {
   });
 }
 
-Status TieredStore::Impl::Persist(const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes) {
-  return WriteMakingRoom(persist_tier, key, payload, bytes);
+Status TieredStore::Impl::Persist(const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes,
+                                  std::optional<uint64_t> checksum) {
+  return WriteMakingRoom(persist_tier, key, payload, bytes, checksum);
 }
 
 Status TieredStore::Impl::CopyToPersistTier(const BlockKey& key, std::vector<std::byte>& buffer) {

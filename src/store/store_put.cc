@@ -30,7 +30,7 @@ Status CheckChain(std::span<const BlockPut> chain, bool metadata_only) {
 }  // namespace
 
 Result<int> TieredStore::Impl::Place(const BlockKey& key, const BlockMeta& meta, const Block& b,
-                                     std::span<const std::byte> payload, int end) {
+                                     std::span<const std::byte> payload, int end, std::optional<uint64_t> checksum) {
   Status last_error = Status::Ok();
   for (int t = 0; t < end; ++t) {
     TierState& ts = tier_state(t);
@@ -42,8 +42,10 @@ Result<int> TieredStore::Impl::Place(const BlockKey& key, const BlockMeta& meta,
         continue;
       }
     }
-    const Status s = WriteMakingRoom(t, key, payload, meta.size_bytes);
+    const Status s = WriteMakingRoom(t, key, payload, meta.size_bytes, checksum);
     if (s.ok()) return t;
+    // The bytes are not the writer's: no other tier would get better ones.
+    if (s.code() == StatusCode::kCorruption) return s;
     last_error = s;
   }
   if (!last_error.ok()) return last_error;
@@ -104,9 +106,9 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
       copy.payload = once;
       stored = StoreNew(copy, i, meta, b, result, putting.keys);
       if (stored.ok() && *stored && options.publish_in_background) {
-        Schedule([this, key = p.key, once = std::move(once), meta] { Publish(key, once, meta); });
+        Schedule([this, key = p.key, once = std::move(once), meta, sum = p.checksum] { Publish(key, once, meta, sum); });
       } else if (stored.ok() && *stored) {
-        Publish(p.key, once, meta);
+        Publish(p.key, once, meta, p.checksum);
       }
     }
     if (!stored.ok()) return stored.status();
@@ -171,7 +173,7 @@ Result<TieredStore::Impl::PutAction> TieredStore::Impl::IndexForPutLocked(const 
 }
 
 Result<bool> TieredStore::Impl::Repersist(const BlockPut& p, std::size_t i, const BlockMeta& meta) {
-  const Status persisted = Persist(p.key, p.payload, meta.size_bytes);
+  const Status persisted = Persist(p.key, p.payload, meta.size_bytes, p.checksum);
   std::lock_guard lock(mu_);
   if (auto it = blocks.find(p.key); it != blocks.end()) {
     EndMoveLocked(p.key, it->second);
@@ -201,10 +203,10 @@ Result<bool> TieredStore::Impl::StoreNew(const BlockPut& p, std::size_t i, const
       once.assign(payload.begin(), payload.end());
       payload = once;
     }
-    persisted = Persist(p.key, payload, meta.size_bytes);
-    if (persisted.ok()) placed = Place(p.key, meta, b, payload, persist_tier);
+    persisted = Persist(p.key, payload, meta.size_bytes, p.checksum);
+    if (persisted.ok()) placed = Place(p.key, meta, b, payload, persist_tier, p.checksum);
   } else {
-    placed = Place(p.key, meta, b, p.payload, last_tier() + 1);
+    placed = Place(p.key, meta, b, p.payload, last_tier() + 1, p.checksum);
   }
   std::lock_guard lock(mu_);
   const bool stored = write_through() ? persisted.ok() : placed.ok() && *placed >= 0;
@@ -214,6 +216,11 @@ Result<bool> TieredStore::Impl::StoreNew(const BlockPut& p, std::size_t i, const
       return persisted.WithContext("store: persisting block " + std::to_string(i));
     }
     if (!persisted.ok()) ++tier_state(persist_tier).stats.refused;
+    // A payload that is not what its writer hashed is the writer's error to see, wherever
+    // in the chain it is.
+    if (!placed.ok() && placed.status().code() == StatusCode::kCorruption) {
+      return placed.status().WithContext("store: block " + std::to_string(i));
+    }
     // A tier that is full even after making room, or down (a remote pool), refuses: for a
     // cache, a block it cannot hold now is a miss later, not a failure of the request.
     if (!placed.ok() && placed.status().code() != StatusCode::kUnavailable &&

@@ -61,12 +61,16 @@ LookupResult TieredStore::Impl::LookupIndexedLocked(std::span<const BlockKey> ke
 }
 
 Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
-                                           TransitionType transition, std::span<std::size_t> sizes) {
+                                           TransitionType transition, std::span<std::size_t> sizes,
+                                           std::span<uint64_t> checksums) {
   if (!options.metadata_only && outs.size() < keys.size()) {
     return Status::InvalidArgument("store: Get needs one buffer per key");
   }
   if (!sizes.empty() && sizes.size() < keys.size()) {
     return Status::InvalidArgument("store: Get needs one size slot per key");
+  }
+  if (!checksums.empty() && checksums.size() < keys.size()) {
+    return Status::InvalidArgument("store: Get needs one checksum slot per key");
   }
   if (shared_tier >= 0) {  // as Lookup: the rest of the chain may be in the shared tier
     std::size_t indexed = 0;
@@ -87,6 +91,7 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
                             ReadForGet(keys[i], i, previous, out, transition, evict));
     if (!hit) break;
     if (!sizes.empty()) sizes[i] = hit->bytes;
+    if (!checksums.empty()) checksums[i] = hit->checksum;
     ++read;
     previous = keys[i];
     if (hit->tier == 0) continue;
@@ -141,11 +146,12 @@ Result<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadForGet(
         placement = it->second.placement;
       }
     }
-    const Status n = ReadGathered(key, t, split, options.metadata_only ? out : out.first(size));
+    uint64_t checksum = 0;
+    const Status n = ReadGathered(key, t, split, options.metadata_only ? out : out.first(size), &checksum);
     std::lock_guard lock(mu_);
     if (n.ok()) {
       RecordHitLocked(key, t, transition, split.has_value());
-      return std::optional<ReadHit>(ReadHit{.tier = t, .bytes = size});
+      return std::optional<ReadHit>(ReadHit{.tier = t, .bytes = size, .checksum = checksum});
     }
     if (n.code() == StatusCode::kCorruption) {
       ++stats.corrupt_blocks;
@@ -180,8 +186,8 @@ void TieredStore::Impl::RecordHitLocked(const BlockKey& key, int t, TransitionTy
 }
 
 Status TieredStore::Impl::ReadGathered(const BlockKey& key, int t, const std::optional<Block::Split>& split,
-                                       std::span<std::byte> out) {
-  if (!split) return ReadFrom(t, key, out);
+                                       std::span<std::byte> out, uint64_t* checksum) {
+  if (!split) return ReadFrom(t, key, out, checksum);
   if (options.metadata_only) return Status::Ok();
   const KvBlockLayout& layout = *options.head_layout;
   const HeadUnitMask upper = split->lower.Complement();
@@ -189,7 +195,10 @@ Status TieredStore::Impl::ReadGathered(const BlockKey& key, int t, const std::op
   KVTIER_RETURN_IF_ERROR(ReadFrom(t, key, std::span(part).first(split->upper_bytes)));
   KVTIER_RETURN_IF_ERROR(UnpackUnits(layout, std::span(part).first(split->upper_bytes), upper, out));
   KVTIER_RETURN_IF_ERROR(ReadFrom(split->lower_tier, PartKey(key), std::span(part).first(split->lower_bytes)));
-  return UnpackUnits(layout, std::span(part).first(split->lower_bytes), split->lower, out);
+  KVTIER_RETURN_IF_ERROR(UnpackUnits(layout, std::span(part).first(split->lower_bytes), split->lower, out));
+  // The parts were checked against their own checksums; the whole block has none stored.
+  if (checksum != nullptr) *checksum = PayloadChecksum(out);
+  return Status::Ok();
 }
 
 }  // namespace kvtier

@@ -62,13 +62,14 @@ void TieredStore::Impl::WriteCards(std::span<const BlockKey> written) {
   }
 }
 
-void TieredStore::Impl::Publish(const BlockKey& key, std::span<const std::byte> payload, const BlockMeta& meta) {
+void TieredStore::Impl::Publish(const BlockKey& key, std::span<const std::byte> payload, const BlockMeta& meta,
+                                std::optional<uint64_t> checksum) {
   {
     std::lock_guard lock(mu_);
     const std::optional<BlockInfo> info = index.Find(key);
     if (!info || (info->meta.tiers & (1u << shared_tier))) return;  // gone, or there already
   }
-  const Status written = WriteMakingRoom(shared_tier, key, payload, meta.size_bytes);
+  const Status written = WriteMakingRoom(shared_tier, key, payload, meta.size_bytes, checksum);
   std::lock_guard lock(mu_);
   auto it = blocks.find(key);
   const std::optional<BlockInfo> info = index.Find(key);

@@ -120,15 +120,17 @@ bool TieredStore::Impl::OverHighWatermarkLocked(int t) const {
   return ts.capacity > 0 && static_cast<double>(ts.used) > options.high_watermark * static_cast<double>(ts.capacity);
 }
 
-Status TieredStore::Impl::WriteTo(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes) {
+Status TieredStore::Impl::WriteTo(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes,
+                                  std::optional<uint64_t> checksum) {
   if (durable & (1u << t)) KVTIER_RETURN_IF_ERROR(JournalPuts(t, {&key, 1}));
-  return WriteBytes(t, key, payload, bytes);
+  return WriteBytes(t, key, payload, bytes, checksum);
 }
 
-Status TieredStore::Impl::WriteBytes(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes) {
+Status TieredStore::Impl::WriteBytes(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes,
+                                     std::optional<uint64_t> checksum) {
   TierState& ts = tier_state(t);
   if (!options.metadata_only) {
-    KVTIER_RETURN_IF_ERROR(ts.tier->Write(key, payload));
+    KVTIER_RETURN_IF_ERROR(ts.tier->Write({.key = key, .payload = payload, .checksum = checksum}));
     if (t == shared_tier) WriteCards({&key, 1});
     return Status::Ok();
   }
@@ -154,9 +156,9 @@ std::vector<Status> TieredStore::Impl::WriteBatchTo(int t, std::span<const Tier:
   return written;
 }
 
-Status TieredStore::Impl::ReadFrom(int t, const BlockKey& key, std::span<std::byte> out) {
+Status TieredStore::Impl::ReadFrom(int t, const BlockKey& key, std::span<std::byte> out, uint64_t* checksum) {
   if (options.metadata_only) return Status::Ok();
-  KVTIER_ASSIGN_OR_RETURN(std::size_t n, tier_state(t).tier->Read(key, out));
+  KVTIER_ASSIGN_OR_RETURN(std::size_t n, tier_state(t).tier->Read({.key = key, .out = out, .checksum = checksum}));
   if (n != out.size()) return Status::NotFound("block " + key.ToHex() + " changed while it was read");
   return Status::Ok();
 }
@@ -204,13 +206,13 @@ void TieredStore::Impl::RetryPendingEvictions() {
 }
 
 Status TieredStore::Impl::WriteMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload,
-                                          uint32_t bytes) {
-  return RetryMakingRoom(t, key, payload, bytes, WriteTo(t, key, payload, bytes));
+                                          uint32_t bytes, std::optional<uint64_t> checksum) {
+  return RetryMakingRoom(t, key, payload, bytes, WriteTo(t, key, payload, bytes, checksum), checksum);
 }
 
 Status TieredStore::Impl::RetryMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload,
-                                          uint32_t bytes, Status first) {
-  Status s = RetryWriteMakingRoom(t, key, payload, bytes, std::move(first));
+                                          uint32_t bytes, Status first, std::optional<uint64_t> checksum) {
+  Status s = RetryWriteMakingRoom(t, key, payload, bytes, std::move(first), checksum);
   // The write into a durable tier was journaled before it; withdrawn when it failed for good,
   // or the journal would list copies that never were (and grow with every refused put).
   if (!s.ok() && (durable & (1u << t))) JournalEviction(t, key);
@@ -218,18 +220,18 @@ Status TieredStore::Impl::RetryMakingRoom(int t, const BlockKey& key, std::span<
 }
 
 Status TieredStore::Impl::RetryWriteMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload,
-                                               uint32_t bytes, Status first) {
+                                               uint32_t bytes, Status first, std::optional<uint64_t> checksum) {
   const TierState& ts = tier_state(t);  // `capacity` is set once, in Open
   if (first.code() != StatusCode::kResourceExhausted || ts.capacity == 0) return first;
   Rebalance(t, bytes);
-  Status s = WriteBytes(t, key, payload, bytes);
+  Status s = WriteBytes(t, key, payload, bytes, checksum);
   if (s.code() != StatusCode::kResourceExhausted) return s;
   {
     std::lock_guard lock(mu_);
     if (ts.used + bytes > ts.capacity) return s;
   }
   Rebalance(t, bytes, uint64_t{kReclaimBlocks} * bytes);
-  return WriteBytes(t, key, payload, bytes);
+  return WriteBytes(t, key, payload, bytes, checksum);
 }
 
 }  // namespace kvtier

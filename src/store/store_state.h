@@ -184,22 +184,28 @@ struct TieredStore::Impl {
 
   // --- I/O, or its accounting in a metadata-only store (store_state.cc) ------------------
   // Journals the block first when `t` is the persist tier, then WriteBytes.
-  Status WriteTo(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes);
+  // `checksum` throughout: the writer's PayloadChecksum of the payload (BlockPut::checksum),
+  // which the tier stores and checks (Tier::WriteOp::checksum); none for the store's own moves.
+  Status WriteTo(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes,
+                 std::optional<uint64_t> checksum = std::nullopt);
   // The write alone: into the tier, or its accounting in a metadata-only store.
-  Status WriteBytes(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes);
+  Status WriteBytes(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes,
+                    std::optional<uint64_t> checksum = std::nullopt);
   // WriteTo for a batch (not in a metadata-only store): into the persist tier, one journal
   // append first for all of them; one status per op.
   std::vector<Status> WriteBatchTo(int t, std::span<const Tier::WriteOp> writes);
   // Reads exactly out.size() bytes: a block of another size was rewritten meanwhile (a head
   // split), which the caller sees as NotFound and retries against the store's new record.
-  Status ReadFrom(int t, const BlockKey& key, std::span<std::byte> out);
+  // `checksum`, when set, receives the block's stored checksum (Tier::ReadOp::checksum).
+  Status ReadFrom(int t, const BlockKey& key, std::span<std::byte> out, uint64_t* checksum = nullptr);
   // Evicts a copy the store no longer lists. One the tier refuses (a remote pool that is
   // down) waits in `pending_evictions`: the store never leaves a value behind for good.
   void EvictFrom(int t, const BlockKey& key);
   // Retries the pending evictions, stopping at the first the tier refuses again. Takes `mu_`.
   void RetryPendingEvictions();
   // Writes into tier `t`, making room when it is full (RetryMakingRoom).
-  Status WriteMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes);
+  Status WriteMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes,
+                         std::optional<uint64_t> checksum = std::nullopt);
   // The one place that makes room in a full tier. `first` is the outcome of a write of `key`
   // into tier `t` (WriteTo, or one op of a WriteBatch), which journaled it; unless the tier
   // refused it as full, it is returned as it is. Retries write the bytes only (WriteBytes). Otherwise demotion takes the tier down to its watermark and the
@@ -208,9 +214,10 @@ struct TieredStore::Impl {
   // moved out past the watermark and the write is tried once more. A tier full of pinned
   // blocks is left alone: moving other blocks out would not make room.
   // A write that fails for good withdraws its journal record (JournalEviction).
-  Status RetryMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes, Status first);
+  Status RetryMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes, Status first,
+                         std::optional<uint64_t> checksum = std::nullopt);
   Status RetryWriteMakingRoom(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes,
-                              Status first);
+                              Status first, std::optional<uint64_t> checksum);
 
   // --- Moves (store_moves.cc) -------------------------------------------------------------
   // Runs `move` on a mover thread, or inline with `synchronous_moves`.
@@ -268,9 +275,10 @@ struct TieredStore::Impl {
 
   // --- Placement and the put path (store_put.cc) -----------------------------------------
   // Writes the block into the fastest tier before `end` that admits it, making room by
-  // demotion when a tier is full. Returns the tier, or -1 when every tier refused it.
+  // demotion when a tier is full. Returns the tier, or -1 when every tier refused it;
+  // Corruption at once when the payload does not match the writer's `checksum`.
   Result<int> Place(const BlockKey& key, const BlockMeta& meta, const Block& b, std::span<const std::byte> payload,
-                    int end);
+                    int end, std::optional<uint64_t> checksum = std::nullopt);
   // Stores a chain (TieredStore::Put), one block at a time: IndexForPutLocked, then
   // Repersist or StoreNew.
   Result<PutResult> Put(std::span<const BlockPut> chain, const std::optional<BlockKey>& parent);
@@ -297,8 +305,10 @@ struct TieredStore::Impl {
   Status FindSharedTier();
   // Writes the cards of blocks just written into the shared tier (`written`: their keys).
   void WriteCards(std::span<const BlockKey> written);
-  // Writes a block just stored here into the shared tier too, so other nodes find it.
-  void Publish(const BlockKey& key, std::span<const std::byte> payload, const BlockMeta& meta);
+  // Writes a block just stored here into the shared tier too, so other nodes find it (with
+  // the writer's checksum, when the put carried one).
+  void Publish(const BlockKey& key, std::span<const std::byte> payload, const BlockMeta& meta,
+               std::optional<uint64_t> checksum);
   // Reads the cards of keys[from..] from the shared tier (one batch, `mu_` released) and
   // indexes the blocks of the longest run that continues the chain: blocks another node put.
   // Returns how many it indexed.
@@ -310,7 +320,7 @@ struct TieredStore::Impl {
   // The longest stored prefix of `keys` the index lists, without counting it in the stats.
   LookupResult LookupIndexedLocked(std::span<const BlockKey> keys);
   Result<std::size_t> Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
-                          TransitionType transition, std::span<std::size_t> sizes);
+                          TransitionType transition, std::span<std::size_t> sizes, std::span<uint64_t> checksums);
   // Get's steps for the block keys[i] (`key`, whose parent is `previous`): reads it into
   // `out` from the fastest tier holding it, retrying when a move takes it meanwhile. The copy
   // of a tier that finds it corrupt, or no longer has it though no move took it, is forgotten
@@ -319,6 +329,7 @@ struct TieredStore::Impl {
   struct ReadHit {
     int tier = -1;
     std::size_t bytes = 0;
+    uint64_t checksum = 0;  // what the bytes read matched (0 in a metadata-only store)
   };
   Result<std::optional<ReadHit>> ReadForGet(const BlockKey& key, std::size_t i, const std::optional<BlockKey>& previous,
                                             std::span<std::byte> out, TransitionType transition,
@@ -327,8 +338,11 @@ struct TieredStore::Impl {
   void RecordHitLocked(const BlockKey& key, int t, TransitionType transition, bool gathered);
   // Reads a block from tier `t`, gathering its parts when its copy there is split (`split`,
   // SplitIn as the caller saw it under `mu_`: a split that changes meanwhile shows as a size
-  // mismatch, which ReadFrom reports for a retry).
-  Status ReadGathered(const BlockKey& key, int t, const std::optional<Block::Split>& split, std::span<std::byte> out);
+  // mismatch, which ReadFrom reports for a retry). Sets `checksum`, when given, to the
+  // checksum the bytes matched: the tier's stored one, or for a gathered block one taken
+  // over the whole of it (an extra pass, for split blocks only).
+  Status ReadGathered(const BlockKey& key, int t, const std::optional<Block::Split>& split, std::span<std::byte> out,
+                      uint64_t* checksum = nullptr);
 
   // --- Persistence (store_persist.cc) -----------------------------------------------------
   // Journals blocks about to be written into durable tier `t`, before the write: a crash
@@ -342,7 +356,8 @@ struct TieredStore::Impl {
   std::optional<JournalRecord> JournalRecordLocked(const BlockKey& key, TierMask tiers) const;
   // Writes a new block into the persist tier (journaled by WriteTo), making room there the
   // way Place does. The persist tier's policy is not asked to admit it: it only picks victims.
-  Status Persist(const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes);
+  Status Persist(const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes,
+                 std::optional<uint64_t> checksum = std::nullopt);
   // Flush: copies one stored block into the persist tier unless it is there already.
   // `buffer` is reused between calls.
   Status CopyToPersistTier(const BlockKey& key, std::vector<std::byte>& buffer);

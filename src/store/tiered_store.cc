@@ -128,8 +128,9 @@ Result<PutResult> TieredStore::Put(std::span<const BlockPut> blocks, const std::
 LookupResult TieredStore::Lookup(std::span<const BlockKey> keys) const { return impl_->Lookup(keys); }
 
 Result<std::size_t> TieredStore::Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
-                                     TransitionType transition, std::span<std::size_t> sizes) {
-  return impl_->Get(keys, outs, transition, sizes);
+                                     TransitionType transition, std::span<std::size_t> sizes,
+                                     std::span<uint64_t> checksums) {
+  return impl_->Get(keys, outs, transition, sizes, checksums);
 }
 
 void TieredStore::Retag(std::span<const BlockTags> updates) {
@@ -214,11 +215,14 @@ Status TieredStore::Flush() { return impl_->Flush(); }
 StoreStats TieredStore::GetStats() const {
   Impl& s = *impl_;
   const uint64_t journal_records = s.journal ? s.journal->records() : 0;
+  std::vector<uint64_t> evict_failures;  // the tiers' own counters, read without `mu_`
+  for (const Impl::TierState& ts : s.tiers) evict_failures.push_back(ts.tier->GetStats().evict_failures);
   std::lock_guard lock(s.mu_);
   StoreStats out = s.stats;
   out.journal_records = journal_records;
   for (const Impl::TierState& ts : s.tiers) {
     StoreTierStats t = ts.stats;
+    t.evict_failures = evict_failures[out.tiers.size()];
     t.capacity_bytes = ts.capacity;
     t.used_bytes = ts.used;
     t.blocks = ts.blocks;

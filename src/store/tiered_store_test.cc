@@ -109,6 +109,31 @@ TEST(TieredStore, RejectsMalformedPuts) {
   EXPECT_EQ(store->Put({&orphan, 1}, Key(9, 9)).status().code(), StatusCode::kNotFound);
 }
 
+// End-to-end checksums (issue 18): the writer's checksum goes into the tier and comes back
+// with the block; a payload that does not match it is refused with Corruption, and the
+// blocks before it in the chain stay stored.
+TEST(TieredStore, WriterChecksumsAreCheckedOnPutAndReturnedByGet) {
+  auto store = TwoTierStore(8u << 20, 8u << 20);
+  ASSERT_NE(store, nullptr);
+  const std::vector<std::byte> a = Payload(3, 0), b = Payload(3, 1);
+  const std::vector<BlockPut> puts = {{.key = Key(3, 0), .payload = a, .tokens = 16, .checksum = PayloadChecksum(a)},
+                                      {.key = Key(3, 1), .payload = b, .tokens = 16, .checksum = PayloadChecksum(a)}};
+  Result<PutResult> put = store->Put(puts);
+  ASSERT_FALSE(put.ok());
+  EXPECT_EQ(put.status().code(), StatusCode::kCorruption) << put.status().ToString();
+  EXPECT_EQ(store->Lookup(std::vector<BlockKey>{Key(3, 0), Key(3, 1)}).prefix_blocks, 1u);
+  EXPECT_EQ(store->GetStats().tiers[0].blocks, 1u);
+  std::vector<std::byte> out(kBlockBytes), out2(kBlockBytes);
+  const std::vector<std::span<std::byte>> outs = {out, out2};
+  std::vector<uint64_t> checksums(2, 0);
+  Result<std::size_t> read = store->Get(std::vector<BlockKey>{Key(3, 0), Key(3, 1)}, outs,
+                                        TransitionType::kSameToolRepeat, {}, checksums);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(*read, 1u);
+  EXPECT_EQ(out, a);
+  EXPECT_EQ(checksums[0], PayloadChecksum(a));
+}
+
 TEST(TieredStore, FullFastTierDemotesAndEveryBlockStaysReadable) {
   StoreOptions options;
   options.policy = PolicyKind::kLru;

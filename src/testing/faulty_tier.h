@@ -24,6 +24,10 @@ class FaultyTier : public TierWrapper {
     write_failure_code_ = code;
     failing_writes_ = count;
   }
+  // The next `count` reads that succeed flip one bit in the middle of the bytes they hand
+  // back, after the wrapped tier checked them (and with its checksum): a byte changed in the
+  // reader's memory or on its way to the client, which only an end-to-end check sees.
+  void CorruptNextReads(int count) { corrupting_reads_ = count; }
   // Every n-th write / read fails (0 disables).
   void FailOneWriteIn(int n) { write_period_ = n; }
   void FailOneReadIn(int n) { read_period_ = n; }
@@ -49,14 +53,16 @@ class FaultyTier : public TierWrapper {
 
   uint64_t injected_failures() const { return injected_.load(); }
 
-  Status Write(const BlockKey& key, std::span<const std::byte> payload) override {
+  using Tier::Write;
+  Status Write(const WriteOp& op) override {
+    const BlockKey& key = op.key;
     Delay();
     if (TakeOne(failing_writes_) || Every(write_period_, writes_)) {
       injected_.fetch_add(1);
       return Injected(write_failure_code_.load(), "write");
     }
     if (Status s = RunHook(before_write_, key); !s.ok()) return s;
-    return TierWrapper::Write(key, payload);
+    return TierWrapper::Write(op);
   }
 
   Status Evict(const BlockKey& key) override {
@@ -68,13 +74,19 @@ class FaultyTier : public TierWrapper {
     return TierWrapper::Evict(key);
   }
 
-  Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override {
+  using Tier::Read;
+  Result<std::size_t> Read(const ReadOp& op) override {
     Delay();
     if (Every(read_period_, reads_)) {
       injected_.fetch_add(1);
       return Injected(StatusCode::kIoError, "read");
     }
-    return TierWrapper::Read(key, out);
+    Result<std::size_t> n = TierWrapper::Read(op);
+    if (n.ok() && *n > 0 && TakeOne(corrupting_reads_)) {
+      op.out[*n / 2] ^= std::byte{0x10};
+      injected_.fetch_add(1);
+    }
+    return n;
   }
 
   // Batches go through Write/Read one by one so that every block sees the faults.
@@ -130,7 +142,7 @@ class FaultyTier : public TierWrapper {
   std::mutex hook_mu_;
   std::function<Status(const BlockKey&)> before_write_;  // GUARDED_BY(hook_mu_)
   std::function<Status(const BlockKey&)> before_evict_;  // GUARDED_BY(hook_mu_)
-  std::atomic<int> write_period_{0}, read_period_{0};
+  std::atomic<int> write_period_{0}, read_period_{0}, corrupting_reads_{0};
   std::atomic<uint64_t> writes_{0}, reads_{0}, injected_{0};
   std::atomic<int64_t> latency_us_{0};
 };

@@ -48,5 +48,20 @@ TEST(FaultyTier, BatchesSeeTheFaultsPerBlock) {
   EXPECT_TRUE(results[1].ok());
 }
 
+TEST(FaultyTier, CorruptsTheNextReadsBehindTheTiersCheck) {
+  auto tier = Make();
+  std::vector<std::byte> payload(4096, std::byte{4});
+  ASSERT_TRUE(tier->Write({5, 5}, payload).ok());
+  tier->CorruptNextReads(1);
+  std::vector<std::byte> out(4096);
+  uint64_t checksum = 0;
+  ASSERT_TRUE(tier->Read({.key = {5, 5}, .out = out, .checksum = &checksum}).ok());
+  EXPECT_NE(out, payload);  // handed back as good, with the stored checksum
+  EXPECT_EQ(checksum, PayloadChecksum(payload));
+  ASSERT_TRUE(tier->Read({5, 5}, out).ok());
+  EXPECT_EQ(out, payload);
+  EXPECT_EQ(tier->injected_failures(), 1u);
+}
+
 }  // namespace
 }  // namespace kvtier::testing

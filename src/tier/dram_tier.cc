@@ -19,6 +19,7 @@
 #include "tier/dram_tier.h"
 #include "tier/slab_allocator.h"
 #include "tier/tier_counters.h"
+#include "tier/writer_checksum.h"
 
 namespace kvtier {
 namespace {
@@ -31,7 +32,10 @@ class MemoryTier final : public Tier {
   TierKind kind() const override { return kind_; }
   const std::string& name() const override { return name_; }
 
-  Status Write(const BlockKey& key, std::span<const std::byte> payload) override {
+  using Tier::Write;
+  Status Write(const WriteOp& op) override {
+    const BlockKey& key = op.key;
+    const std::span<const std::byte> payload = op.payload;
     if (payload.empty()) return Fail(Status::InvalidArgument(name() + ": cannot store an empty payload"));
     std::byte* slot = slabs_->Allocate(payload.size());
     if (slot == nullptr) {
@@ -40,6 +44,10 @@ class MemoryTier final : public Tier {
                                             " bytes); evict blocks first"));
     }
     const uint64_t checksum = CopyWithChecksum(std::span(slot, payload.size()), payload);
+    if (Status matched = CheckWriterChecksum(name(), key, op.checksum, checksum); !matched.ok()) {
+      slabs_->Free(slot, payload.size());
+      return Fail(std::move(matched));
+    }
     const Entry entry{slot, payload.size(), checksum, next_generation_.fetch_add(1, std::memory_order_relaxed)};
     Shard& shard = ShardFor(key);
     {
@@ -59,7 +67,10 @@ class MemoryTier final : public Tier {
     return Status::Ok();
   }
 
-  Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override {
+  using Tier::Read;
+  Result<std::size_t> Read(const ReadOp& op) override {
+    const BlockKey& key = op.key;
+    const std::span<std::byte> out = op.out;
     Shard& shard = ShardFor(key);
     uint64_t failed_generation = 0;
     {
@@ -78,6 +89,7 @@ class MemoryTier final : public Tier {
       if (CopyWithChecksum(copied, std::span<const std::byte>(entry.slot, entry.size)) == entry.checksum) {
         counters_.reads.fetch_add(1, std::memory_order_relaxed);
         counters_.read_bytes.fetch_add(entry.size, std::memory_order_relaxed);
+        if (op.checksum != nullptr) *op.checksum = entry.checksum;
         return entry.size;
       }
       // The stored bytes changed under us (a memory fault or a stray write): hand back none.

@@ -21,6 +21,7 @@
 
 #include "tier/file_slot_allocator.h"
 #include "tier/tier_counters.h"
+#include "tier/writer_checksum.h"
 #endif
 
 namespace kvtier {
@@ -252,15 +253,11 @@ class GpuHbmTier final : public Tier {
   TierKind kind() const override { return TierKind::kGpuHbm; }
   const std::string& name() const override { return name_; }
 
-  Status Write(const BlockKey& key, std::span<const std::byte> payload) override {
-    const WriteOp op{key, payload};
-    return std::move(WriteBatch({&op, 1})[0]);
-  }
+  using Tier::Write;
+  Status Write(const WriteOp& op) override { return std::move(WriteBatch({&op, 1})[0]); }
 
-  Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override {
-    const ReadOp op{key, out};
-    return std::move(ReadBatch({&op, 1})[0]);
-  }
+  using Tier::Read;
+  Result<std::size_t> Read(const ReadOp& op) override { return std::move(ReadBatch({&op, 1})[0]); }
 
   std::vector<Status> WriteBatch(std::span<const WriteOp> ops) override {
     std::vector<Status> results(ops.size());
@@ -289,11 +286,13 @@ class GpuHbmTier final : public Tier {
     // Commit in the order of `ops`, so a batch that writes one key twice keeps the later one.
     for (std::size_t i = 0; i < ops.size(); ++i) {
       if (slots[i] != nullptr && !transfers[i].status.ok()) results[i] = transfers[i].status;
+      const uint64_t checksum = results[i].ok() ? XXH3_64bits_digest(&transfers[i].hash) : 0;
+      if (results[i].ok()) results[i] = CheckWriterChecksum(name_, ops[i].key, ops[i].checksum, checksum);
       if (!results[i].ok()) {
         counters_.write_failures.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
-      Commit(ops[i].key, Entry{std::move(slots[i]), ops[i].payload.size(), XXH3_64bits_digest(&transfers[i].hash)});
+      Commit(ops[i].key, Entry{std::move(slots[i]), ops[i].payload.size(), checksum});
       counters_.writes.fetch_add(1, std::memory_order_relaxed);
       counters_.write_bytes.fetch_add(ops[i].payload.size(), std::memory_order_relaxed);
     }
@@ -344,6 +343,7 @@ class GpuHbmTier final : public Tier {
       } else {
         counters_.reads.fetch_add(1, std::memory_order_relaxed);
         counters_.read_bytes.fetch_add(entries[i].size, std::memory_order_relaxed);
+        if (ops[i].checksum != nullptr) *ops[i].checksum = entries[i].checksum;
         results.emplace_back(entries[i].size);
       }
     }

@@ -19,6 +19,7 @@
 #include <system_error>
 #include <thread>
 
+#include "tier/writer_checksum.h"
 #include "util/little_endian.h"
 
 namespace kvtier {
@@ -563,15 +564,9 @@ NvmeTier::Entry NvmeTier::EraseLocked(std::unordered_map<BlockKey, Entry, BlockK
   return entry;
 }
 
-Status NvmeTier::Write(const BlockKey& key, std::span<const std::byte> payload) {
-  const WriteOp op{key, payload};
-  return std::move(WriteBatch({&op, 1})[0]);
-}
+Status NvmeTier::Write(const WriteOp& op) { return std::move(WriteBatch({&op, 1})[0]); }
 
-Result<std::size_t> NvmeTier::Read(const BlockKey& key, std::span<std::byte> out) {
-  const ReadOp op{key, out};
-  return std::move(ReadBatch({&op, 1})[0]);
-}
+Result<std::size_t> NvmeTier::Read(const ReadOp& op) { return std::move(ReadBatch({&op, 1})[0]); }
 
 std::vector<Status> NvmeTier::WriteBatch(std::span<const WriteOp> ops) {
   std::vector<Status> results(ops.size());
@@ -618,6 +613,11 @@ std::vector<Status> NvmeTier::WriteBatch(std::span<const WriteOp> ops) {
                       .size = size,
                       .checksum = CopyWithChecksum({buffer.get() + kHeaderBytes, size}, op.payload),
                       .generation = next_generation_.fetch_add(1, std::memory_order_relaxed)};
+    if (Status matched = CheckWriterChecksum(name(), op.key, op.checksum, entry.checksum); !matched.ok()) {
+      slots_.Free(*slot, slot_bytes);
+      results[i] = WriteFailed(std::move(matched));
+      continue;
+    }
     EncodeHeader({.key = op.key, .size = size, .checksum = entry.checksum, .generation = entry.generation,
                   .format_id = format_id_},
                  buffer.get());
@@ -724,6 +724,7 @@ std::vector<Result<std::size_t>> NvmeTier::ReadBatch(std::span<const ReadOp> ops
         counters_.reads.fetch_add(1, std::memory_order_relaxed);
         counters_.read_bytes.fetch_add(payload.size(), std::memory_order_relaxed);
         results[p.op] = static_cast<std::size_t>(payload.size());
+        if (op.checksum != nullptr) *op.checksum = p.entry.checksum;
       } else {
         // Hand back none of the bytes that failed the check.
         std::memset(op.out.data(), 0, std::min<std::size_t>(op.out.size(), payload.size()));

@@ -84,8 +84,10 @@ class NvmeTier final : public Tier {
 
   TierKind kind() const override { return TierKind::kNvme; }
   const std::string& name() const override { return options_.name; }
-  Status Write(const BlockKey& key, std::span<const std::byte> payload) override;
-  Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override;
+  using Tier::Write;
+  Status Write(const WriteOp& op) override;
+  using Tier::Read;
+  Result<std::size_t> Read(const ReadOp& op) override;
   std::optional<std::size_t> Size(const BlockKey& key) const override;
   Status Evict(const BlockKey& key) override;
   TierStats GetStats() const override;

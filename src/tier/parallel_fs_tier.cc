@@ -28,6 +28,7 @@
 
 #include "kvtier/tiers.h"
 #include "tier/tier_counters.h"
+#include "tier/writer_checksum.h"
 #include "util/little_endian.h"
 #include "util/posix_file.h"
 
@@ -109,8 +110,10 @@ class ParallelFsTier final : public Tier {
 
   TierKind kind() const override { return TierKind::kParallelFs; }
   const std::string& name() const override { return options_.name; }
-  Status Write(const BlockKey& key, std::span<const std::byte> payload) override;
-  Result<std::size_t> Read(const BlockKey& key, std::span<std::byte> out) override;
+  using Tier::Write;
+  Status Write(const WriteOp& op) override;
+  using Tier::Read;
+  Result<std::size_t> Read(const ReadOp& op) override;
   std::optional<std::size_t> Size(const BlockKey& key) const override;
   Status Evict(const BlockKey& key) override;
   TierStats GetStats() const override;
@@ -131,7 +134,8 @@ class ParallelFsTier final : public Tier {
   std::mutex& KeyLock(const BlockKey& key) { return key_locks_[BlockKeyHash{}(key) % kKeyLocks]; }
 
   Status MakeShardDirs(const std::string& hex) const;
-  Status WriteTemp(const std::string& hex, const std::string& temp, std::span<const std::byte> payload) const;
+  Status WriteTemp(const std::string& hex, const std::string& temp, std::span<const std::byte> payload,
+                   uint64_t checksum) const;
   Status Commit(const BlockKey& key, const std::string& temp, const std::string& path, uint64_t size,
                 uint64_t reservation);
   Status DropCorrupt(const BlockKey& key, const std::string& path, const struct stat& opened, const Status& why);
@@ -170,8 +174,8 @@ Status ParallelFsTier::MakeShardDirs(const std::string& hex) const {
   return Status::Ok();
 }
 
-Status ParallelFsTier::WriteTemp(const std::string& hex, const std::string& temp,
-                                 std::span<const std::byte> payload) const {
+Status ParallelFsTier::WriteTemp(const std::string& hex, const std::string& temp, std::span<const std::byte> payload,
+                                 uint64_t checksum) const {
   constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
   ScopedFd fd(::open(temp.c_str(), kFlags, 0644));
   if (!fd.valid() && errno == ENOENT) {  // the shard's directories are made on first use
@@ -179,7 +183,7 @@ Status ParallelFsTier::WriteTemp(const std::string& hex, const std::string& temp
     fd = ScopedFd(::open(temp.c_str(), kFlags, 0644));
   }
   if (!fd.valid()) return FsError(temp, "open", errno);
-  const Header header = EncodeHeader(payload.size(), PayloadChecksum(payload));
+  const Header header = EncodeHeader(payload.size(), checksum);
   Status status = WriteFully(fd.get(), header, temp, std::nullopt, FsError);
   if (status.ok()) status = WriteFully(fd.get(), payload, temp, std::nullopt, FsError);
   if (status.ok() && options_.fsync != FsyncPolicy::kNever && ::fsync(fd.get()) != 0) {
@@ -191,10 +195,18 @@ Status ParallelFsTier::WriteTemp(const std::string& hex, const std::string& temp
   return Status::Ok();
 }
 
-Status ParallelFsTier::Write(const BlockKey& key, std::span<const std::byte> payload) {
+Status ParallelFsTier::Write(const WriteOp& op) {
+  const BlockKey& key = op.key;
+  const std::span<const std::byte> payload = op.payload;
   const std::string hex = key.ToHex();
   if (payload.empty()) return FailWrite(Status::InvalidArgument("block " + hex + ": empty payload"));
   const uint64_t size = payload.size();
+  // The file is written from `payload` by the kernel: the checksum is taken first, and a
+  // writer's checksum is checked before anything is reserved or written.
+  const uint64_t checksum = PayloadChecksum(payload);
+  if (Status matched = CheckWriterChecksum(options_.name, key, op.checksum, checksum); !matched.ok()) {
+    return FailWrite(std::move(matched));
+  }
 
   // Reserve room before writing, so concurrent writers cannot overfill the tier together.
   uint64_t reservation = 0;
@@ -216,7 +228,7 @@ Status ParallelFsTier::Write(const BlockKey& key, std::span<const std::byte> pay
                            std::to_string(::gettid()) + "." +
                            std::to_string(temp_counter_.fetch_add(1, std::memory_order_relaxed)) +
                            std::string(kTempSuffix);
-  Status status = WriteTemp(hex, temp, payload);
+  Status status = WriteTemp(hex, temp, payload, checksum);
   if (status.ok()) status = Commit(key, temp, path, size, reservation);
   if (!status.ok()) {
     ::unlink(temp.c_str());  // may not exist; the old block, if any, is untouched
@@ -267,7 +279,9 @@ Status ParallelFsTier::Commit(const BlockKey& key, const std::string& temp, cons
   return Status::Ok();
 }
 
-Result<std::size_t> ParallelFsTier::Read(const BlockKey& key, std::span<std::byte> out) {
+Result<std::size_t> ParallelFsTier::Read(const ReadOp& op) {
+  const BlockKey& key = op.key;
+  const std::span<std::byte> out = op.out;
   const std::string hex = key.ToHex();
   const std::string path = BlockPath(hex);
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -303,6 +317,7 @@ Result<std::size_t> ParallelFsTier::Read(const BlockKey& key, std::span<std::byt
   }
   counters_.reads.fetch_add(1, std::memory_order_relaxed);
   counters_.read_bytes.fetch_add(payload.size(), std::memory_order_relaxed);
+  if (op.checksum != nullptr) *op.checksum = decoded->checksum;
   return payload.size();
 }
 

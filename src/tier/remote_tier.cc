@@ -6,6 +6,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "tier/writer_checksum.h"
 #include "util/little_endian.h"
 
 namespace kvtier {
@@ -32,8 +33,9 @@ using little_endian::GetU64;
 using little_endian::PutU32;
 using little_endian::PutU64;
 
-// The value for `payload`: header then payload, copied and checksummed in one pass.
-void EncodeValue(const BlockKey& key, std::span<const std::byte> payload, std::string& value) {
+// The value for `payload`: header then payload, copied and checksummed in one pass. Returns
+// the checksum of the bytes copied.
+uint64_t EncodeValue(const BlockKey& key, std::span<const std::byte> payload, std::string& value) {
   value.resize(kHeaderBytes + payload.size());
   std::byte* data = reinterpret_cast<std::byte*>(value.data());
   const uint64_t checksum = CopyWithChecksum(std::span(data + kHeaderBytes, payload.size()), payload);
@@ -44,6 +46,7 @@ void EncodeValue(const BlockKey& key, std::span<const std::byte> payload, std::s
   PutU64(data + 24, key.lo);
   PutU64(data + 32, payload.size());
   PutU64(data + 40, checksum);
+  return checksum;
 }
 
 struct ValueHeader {
@@ -309,15 +312,9 @@ void RemoteTier::Forget(const BlockKey& key) const {
   shard.sizes.erase(it);
 }
 
-Status RemoteTier::Write(const BlockKey& key, std::span<const std::byte> payload) {
-  const WriteOp op{key, payload};
-  return std::move(WriteBatch({&op, 1})[0]);
-}
+Status RemoteTier::Write(const WriteOp& op) { return std::move(WriteBatch({&op, 1})[0]); }
 
-Result<std::size_t> RemoteTier::Read(const BlockKey& key, std::span<std::byte> out) {
-  const ReadOp op{key, out};
-  return std::move(ReadBatch({&op, 1})[0]);
-}
+Result<std::size_t> RemoteTier::Read(const ReadOp& op) { return std::move(ReadBatch({&op, 1})[0]); }
 
 std::vector<Status> RemoteTier::WriteBatch(std::span<const WriteOp> ops) {
   std::vector<Status> results(ops.size());
@@ -339,16 +336,26 @@ std::vector<Status> RemoteTier::WriteBatch(std::span<const WriteOp> ops) {
     batch.keys.push_back(RedisKey(ops[i].key));
   }
   const std::string ttl = std::to_string(options_.ttl_seconds);
+  // Bytes that do not match their writer's checksum are found while the value is encoded,
+  // with its command already due: it becomes a harmless EXISTS, and the write fails.
+  std::vector<Status> mismatched(admitted.size());
   batch.build = [&](std::size_t k, RedisArgs& args, std::string& scratch) {
     const WriteOp& op = ops[admitted[k]];
-    EncodeValue(op.key, op.payload, scratch);
+    const uint64_t copied = EncodeValue(op.key, op.payload, scratch);
+    if (mismatched[k].ok()) mismatched[k] = CheckWriterChecksum(name(), op.key, op.checksum, copied);
+    if (!mismatched[k].ok()) {
+      args.Add("EXISTS").Add(batch.keys[k]);
+      return;
+    }
     args.Add("SET").Add(batch.keys[k]).Add(scratch);
     if (options_.ttl_seconds > 0) args.Add("EX").Add(ttl);
   };
   batch.finish = [&](std::size_t k, Result<RedisReply> reply) {
     const WriteOp& op = ops[admitted[k]];
     Status& result = results[admitted[k]];
-    if (!reply.ok()) {
+    if (!mismatched[k].ok()) {
+      result = mismatched[k];
+    } else if (!reply.ok()) {
       result = NodeUnavailable(reply.status().WithContext(name() + ": writing block " + op.key.ToHex()));
     } else if (!IsOkStatusReply(**reply)) {
       result = IsErrorReply(**reply) ? ErrorReplyStatus(**reply, name() + ": SET " + batch.keys[k])
@@ -418,6 +425,7 @@ std::vector<Result<std::size_t>> RemoteTier::ReadBatch(std::span<const ReadOp> o
         counters_.reads.fetch_add(1, std::memory_order_relaxed);
         counters_.read_bytes.fetch_add(header->size, std::memory_order_relaxed);
         results[i] = static_cast<std::size_t>(header->size);
+        if (op.checksum != nullptr) *op.checksum = header->checksum;
         return;
       }
       std::fill(copied.begin(), copied.end(), std::byte{0});  // hand back none of the bytes that failed

@@ -23,14 +23,14 @@ Result<std::vector<BlockKey>> Tier::ListKeys() const {
 std::vector<Status> Tier::WriteBatch(std::span<const WriteOp> ops) {
   std::vector<Status> out;
   out.reserve(ops.size());
-  for (const WriteOp& op : ops) out.push_back(Write(op.key, op.payload));
+  for (const WriteOp& op : ops) out.push_back(Write(op));
   return out;
 }
 
 std::vector<Result<std::size_t>> Tier::ReadBatch(std::span<const ReadOp> ops) {
   std::vector<Result<std::size_t>> out;
   out.reserve(ops.size());
-  for (const ReadOp& op : ops) out.push_back(Read(op.key, op.out));
+  for (const ReadOp& op : ops) out.push_back(Read(op));
   return out;
 }
 

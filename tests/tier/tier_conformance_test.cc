@@ -197,6 +197,33 @@ TEST_P(TierConformance, Batches) {
   EXPECT_EQ(results[8].status().code(), StatusCode::kNotFound);
 }
 
+// End-to-end checksums (issue 18): the tier keeps the writer's checksum, and bytes that do not
+// match it (changed after the writer hashed them) are refused, one op of a batch alone, with
+// an earlier block of the key left readable.
+TEST_P(TierConformance, WriterChecksumsAreCheckedAndKept) {
+  const auto a = Payload(20000, 9), b = Payload(20000, 10);
+  ASSERT_TRUE(tier_->Write({.key = Key(400), .payload = a, .checksum = PayloadChecksum(a)}).ok());
+  EXPECT_EQ(ReadAll(Key(400)), a);
+  const Status refused = tier_->Write({.key = Key(400), .payload = b, .checksum = PayloadChecksum(a)});
+  EXPECT_EQ(refused.code(), StatusCode::kCorruption) << refused.ToString();
+  EXPECT_EQ(ReadAll(Key(400)), a);
+  const std::vector<Tier::WriteOp> writes = {{Key(401), b, PayloadChecksum(a)}, {Key(402), b, PayloadChecksum(b)}};
+  const std::vector<Status> results = tier_->WriteBatch(writes);
+  EXPECT_EQ(results[0].code(), StatusCode::kCorruption);
+  EXPECT_TRUE(results[1].ok()) << results[1].ToString();
+  EXPECT_EQ(tier_->Size(Key(401)), std::nullopt);
+  EXPECT_EQ(ReadAll(Key(402)), b);
+  EXPECT_GE(tier_->GetStats().write_failures, 2u);
+  // Reads hand back the checksum the copied bytes matched: the writer's.
+  std::vector<std::byte> out(a.size()), batch_out(b.size());
+  uint64_t stored = 0, batch_stored = 0;
+  ASSERT_TRUE(tier_->Read({.key = Key(400), .out = out, .checksum = &stored}).ok());
+  EXPECT_EQ(stored, PayloadChecksum(a));
+  const std::vector<Tier::ReadOp> reads = {{Key(402), batch_out, &batch_stored}};
+  ASSERT_TRUE(tier_->ReadBatch(reads)[0].ok());
+  EXPECT_EQ(batch_stored, PayloadChecksum(b));
+}
+
 TEST_P(TierConformance, AsynchronousBatchesByFutureAndCallback) {
   std::vector<std::vector<std::byte>> payloads;
   std::vector<Tier::WriteOp> writes;
