@@ -83,12 +83,18 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
   std::size_t read = 0;
   std::vector<BlockKey> from_below;               // promoted once the request has its bytes
   std::vector<std::pair<int, BlockKey>> evict;  // copies found corrupt or lost, evicted after the reads
-  std::size_t prefetched_until = 0;
+  const std::vector<std::optional<ReadHit>> batched = ReadBatchedFromBelow(keys, outs, evict);
+  std::size_t prefetched_until = batched.size();  // those are read already: nothing to prefetch
   std::optional<BlockKey> previous;
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const std::span<std::byte> out = options.metadata_only ? std::span<std::byte>() : outs[i];
-    KVTIER_ASSIGN_OR_RETURN(const std::optional<ReadHit> hit,
-                            ReadForGet(keys[i], i, previous, out, transition, evict));
+    std::optional<ReadHit> hit = i < batched.size() ? batched[i] : std::nullopt;
+    if (hit) {
+      std::lock_guard lock(mu_);
+      RecordHitLocked(keys[i], hit->tier, transition, /*gathered=*/false);
+    } else {
+      KVTIER_ASSIGN_OR_RETURN(hit, ReadForGet(keys[i], i, previous, out, transition, evict));
+    }
     if (!hit) break;
     if (!sizes.empty()) sizes[i] = hit->bytes;
     if (!checksums.empty()) checksums[i] = hit->checksum;
@@ -119,6 +125,60 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
   if (options.promote_on_read && !from_below.empty()) PromoteOrPrefetch(std::move(from_below), /*prefetch=*/false);
   KickRebalances();
   return read;
+}
+
+std::vector<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadBatchedFromBelow(
+    std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
+    std::vector<std::pair<int, BlockKey>>& evict) {
+  std::vector<std::optional<ReadHit>> hits;
+  if (options.metadata_only) return hits;
+  struct Planned {
+    std::size_t i;
+    int tier;
+    uint32_t bytes;
+  };
+  std::vector<Planned> planned;
+  {
+    std::lock_guard lock(mu_);
+    std::optional<BlockKey> previous;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const std::optional<BlockInfo> info = index.Find(keys[i]);
+      if (!info || info->meta.tiers == 0 || info->parent != previous || outs[i].size() < info->meta.size_bytes) break;
+      const int t = FastestTier(info->meta.tiers);
+      auto it = blocks.find(keys[i]);
+      const TierKind kind = tier_state(t).stats.kind;
+      if (t > 0 && (kind == TierKind::kRemotePool || kind == TierKind::kParallelFs) && it != blocks.end() &&
+          !SplitIn(it->second, t)) {
+        planned.push_back({i, t, info->meta.size_bytes});
+      }
+      previous = keys[i];
+    }
+  }
+  hits.resize(planned.empty() ? 0 : planned.back().i + 1);
+  std::vector<uint64_t> checksums(planned.size());
+  for (int t = 1; t <= last_tier(); ++t) {
+    std::vector<Tier::ReadOp> ops;
+    std::vector<std::size_t> which;  // into `planned`
+    for (std::size_t p = 0; p < planned.size(); ++p) {
+      if (planned[p].tier != t) continue;
+      ops.push_back({keys[planned[p].i], outs[planned[p].i].first(planned[p].bytes), &checksums[p]});
+      which.push_back(p);
+    }
+    if (ops.size() < 2) continue;  // one block: ReadForGet's own read is as fast
+    const std::vector<Result<std::size_t>> done = tier_state(t).tier->ReadBatch(ops);
+    std::lock_guard lock(mu_);
+    for (std::size_t k = 0; k < ops.size(); ++k) {
+      const Planned& p = planned[which[k]];
+      if (done[k].ok() && *done[k] == p.bytes) {
+        hits[p.i] = ReadHit{.tier = t, .bytes = p.bytes, .checksum = checksums[which[k]]};
+      } else if (!done[k].ok() && done[k].status().code() == StatusCode::kCorruption) {
+        ++stats.corrupt_blocks;
+        DropCopyLocked(ops[k].key, t, evict);  // ReadForGet then reads the next copy
+      }
+      // Anything else (a miss, a move, a tier down) is ReadForGet's to sort out, one by one.
+    }
+  }
+  return hits;
 }
 
 Result<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadForGet(

@@ -139,6 +139,23 @@ TEST_F(SharedPool, ABlockThePoolLostIsAMissNeverWrongBytes) {
   ASSERT_TRUE(PutChain(*a, 1, 6).ok());  // present in A: put again only if A lost it too
 }
 
+// Reads from the pool go in one batch per chain; a damaged value in the batch is refused and
+// counted, and the chain's read stops before it.
+TEST_F(SharedPool, ADamagedBlockInABatchedReadIsNeverReturned) {
+  auto a = Node(), b = Node();
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(PutChain(*a, 4, 6).ok());
+  const std::string value_key = "kvtier-shared:" + Key(4, 2).ToHex();
+  Result<RedisReply> value = servers_->Command(0, {"GET", value_key});
+  ASSERT_TRUE(value.ok() && (*value)->type == REDIS_REPLY_STRING);
+  std::string damaged((*value)->str, (*value)->len);
+  damaged[damaged.size() / 2] = static_cast<char>(damaged[damaged.size() / 2] ^ 0x20);
+  ASSERT_TRUE(servers_->Command(0, {"SET", value_key, damaged}).ok());
+  EXPECT_EQ(GetChain(*b, 4, 6), 2u);
+  EXPECT_EQ(b->GetStats().corrupt_blocks, 1u);
+  EXPECT_EQ(b->GetStats().tiers[1].hits, 2u) << "blocks 0 and 1, read in one batch";
+}
+
 TEST_F(SharedPool, CardsThatDoNotContinueTheChainAreNotTrusted) {
   auto a = Node(), b = Node();
   ASSERT_TRUE(a && b);

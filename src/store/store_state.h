@@ -331,6 +331,15 @@ struct TieredStore::Impl {
     std::size_t bytes = 0;
     uint64_t checksum = 0;  // what the bytes read matched (0 in a metadata-only store)
   };
+  // Get's first step: the blocks of the chain's indexed prefix that networked tiers (a remote
+  // pool, a parallel FS) hold, read in one ReadBatch per tier: a remote pool answers in one
+  // round trip per node, not one per block, which no prefetch overlap makes up for. Local
+  // tiers keep the block-by-block reads with the RoPE prefetch window ahead of them. A hit
+  // here is recorded by Get once its read reaches it; any other outcome is left to
+  // ReadForGet. Sized to the last block it tried (empty in a metadata-only store).
+  std::vector<std::optional<ReadHit>> ReadBatchedFromBelow(std::span<const BlockKey> keys,
+                                                           std::span<const std::span<std::byte>> outs,
+                                                           std::vector<std::pair<int, BlockKey>>& evict);
   Result<std::optional<ReadHit>> ReadForGet(const BlockKey& key, std::size_t i, const std::optional<BlockKey>& previous,
                                             std::span<std::byte> out, TransitionType transition,
                                             std::vector<std::pair<int, BlockKey>>& evict);
