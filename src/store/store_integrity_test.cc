@@ -347,5 +347,33 @@ TEST_F(StoreIntegrity, AFailedPersistWriteLeavesNoRecord) {
   EXPECT_EQ(store->GetStats().recovery_dropped_blocks, 0u) << "the journal listed a block that was never written";
 }
 
+// End to end through the store's own moves: a block's stored checksum goes down with it, so a
+// byte flipped in the mover's buffer (after the DRAM tier checked its copy) is refused by the
+// tier below instead of being stored there under a checksum of the wrong bytes, which every
+// later read, the client's included, would have accepted.
+TEST_F(StoreIntegrity, ADemotionCarriesTheChecksumDown) {
+  auto fast = std::make_unique<testing::FaultyTier>(Dram("fast", 2u << 20));
+  testing::FaultyTier* dram = fast.get();
+  StoreOptions options;
+  options.synchronous_moves = true;
+  options.prefetch = false;
+  auto store = Open(std::move(fast), Nvme(8u << 20), std::move(options));
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(PutChain(*store, 300, 1).ok());
+  dram->CorruptNextReads(1);  // the first block demoted is read back wrong
+  for (uint64_t chain = 0; chain < 16; ++chain) ASSERT_TRUE(PutChain(*store, chain, 1).ok());
+  store->Drain();
+  ASSERT_GT(store->GetStats().tiers[0].demotions + store->GetStats().tiers[0].drops, 0u) << "nothing left DRAM";
+  std::vector<uint64_t> chains = {300};
+  for (uint64_t chain = 0; chain < 16; ++chain) chains.push_back(chain);
+  for (uint64_t chain : chains) {
+    std::vector<std::byte> below(kBlockBytes);
+    if (lower->Read(Key(chain, 0), below).ok()) {
+      EXPECT_EQ(below, Payload(chain, 0)) << "chain " << chain;
+    }
+    (void)GetChain(*store, chain, 1);  // fails the test on a wrong byte
+  }
+}
+
 }  // namespace
 }  // namespace kvtier

@@ -141,8 +141,9 @@ std::vector<Status> TieredStore::Impl::MoveVictims(int t, std::span<Victim> batc
       moved[i] = WriteMakingRoom(t + 1, v.key, {}, v.meta.size_bytes);
     } else if (v.split) {  // gather the parts, then move the whole block down
       std::vector<std::byte> payload(v.meta.size_bytes);
-      moved[i] = ReadGathered(v.key, t, v.split, payload);
-      if (moved[i].ok()) moved[i] = WriteTo(t + 1, v.key, payload, v.meta.size_bytes);
+      uint64_t checksum = 0;
+      moved[i] = ReadGathered(v.key, t, v.split, payload, &checksum);
+      if (moved[i].ok()) moved[i] = WriteTo(t + 1, v.key, payload, v.meta.size_bytes, checksum);
     } else {
       whole.push_back(i);
     }
@@ -154,10 +155,13 @@ std::vector<Status> TieredStore::Impl::MoveVictims(int t, std::span<Victim> batc
 void TieredStore::Impl::DemoteWhole(int t, std::span<const Victim> batch, std::span<const std::size_t> whole,
                                     std::span<Status> moved) {
   std::vector<std::vector<std::byte>> payloads(whole.size());
+  // Each block's stored checksum travels with it: the tier below checks the bytes it copies
+  // against the one they were written with, so a flip in this buffer is caught there.
+  std::vector<uint64_t> checksums(whole.size());
   std::vector<Tier::ReadOp> reads;
   for (std::size_t k = 0; k < whole.size(); ++k) {
     payloads[k].resize(batch[whole[k]].meta.size_bytes);
-    reads.push_back({batch[whole[k]].key, payloads[k]});
+    reads.push_back({batch[whole[k]].key, payloads[k], &checksums[k]});
   }
   const std::vector<Result<std::size_t>> got = tier_state(t).tier->ReadBatch(reads);
   std::vector<Tier::WriteOp> writes;
@@ -168,14 +172,15 @@ void TieredStore::Impl::DemoteWhole(int t, std::span<const Victim> batch, std::s
         : *got[k] == reads[k].out.size() ? Status::Ok()
                                          : Status::NotFound("block changed while read");
     if (!m.ok()) continue;
-    writes.push_back({reads[k].key, payloads[k]});
+    writes.push_back({.key = reads[k].key, .payload = payloads[k], .checksum = checksums[k]});
     write_index.push_back(whole[k]);
   }
   if (writes.empty()) return;
   const std::vector<Status> written = WriteBatchTo(t + 1, writes);
   for (std::size_t k = 0; k < written.size(); ++k) {
     moved[write_index[k]] = RetryMakingRoom(t + 1, writes[k].key, writes[k].payload,
-                                            static_cast<uint32_t>(writes[k].payload.size()), written[k]);
+                                            static_cast<uint32_t>(writes[k].payload.size()), written[k],
+                                            writes[k].checksum);
   }
 }
 
@@ -317,8 +322,10 @@ void TieredStore::Impl::PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefe
         if (prefetch) ++stats.prefetch_issued;
       }
       std::vector<std::byte> payload(options.metadata_only ? 0 : meta.size_bytes);
-      const Status n = ReadGathered(key, from, SplitIn(b, from), payload);
-      Result<int> placed = n.ok() ? Place(key, meta, b, payload, from) : Result<int>(n);
+      uint64_t checksum = 0;
+      const Status n = ReadGathered(key, from, SplitIn(b, from), payload, &checksum);
+      const std::optional<uint64_t> carried = options.metadata_only ? std::nullopt : std::optional(checksum);
+      Result<int> placed = n.ok() ? Place(key, meta, b, payload, from, carried) : Result<int>(n);
       std::lock_guard lock(mu_);
       auto it = blocks.find(key);
       if (it == blocks.end()) continue;

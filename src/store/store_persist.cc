@@ -100,8 +100,9 @@ Status TieredStore::Impl::CopyToPersistTier(const BlockKey& key, std::vector<std
     BeginMoveLocked(key, it->second);  // stays where it is until it is copied
   }
   buffer.resize(meta.size_bytes);
-  Status s = ReadFrom(from, key, buffer);
-  if (s.ok()) s = Persist(key, buffer, meta.size_bytes);
+  uint64_t checksum = 0;  // carried to the persist tier, which checks the copy against it
+  Status s = ReadFrom(from, key, buffer, &checksum);
+  if (s.ok()) s = Persist(key, buffer, meta.size_bytes, checksum);
   std::lock_guard lock(mu_);
   auto it = blocks.find(key);
   if (it == blocks.end()) return s;
