@@ -18,6 +18,7 @@
 #include "server/service_metrics.h"
 #include "server/shared_segment.h"
 #include "testing/faulty_tier.h"
+#include "testing/test_store.h"
 #include "util/posix_file.h"
 
 namespace kvtier {
@@ -43,14 +44,8 @@ class ServerTest : public ::testing::Test {
     char pattern[] = "/tmp/kvtier-server-XXXXXX";
     ASSERT_NE(::mkdtemp(pattern), nullptr);
     dir_ = pattern;
-    std::vector<std::unique_ptr<Tier>> tiers;
-    Result<std::unique_ptr<Tier>> dram = NewDramTier(
-        {.name = "dram", .capacity_bytes = 64u << 20, .lock_memory = false, .huge_pages = false, .pin_for_gpu = false});
-    ASSERT_TRUE(dram.ok()) << dram.status().ToString();
-    tiers.push_back(std::move(*dram));
-    Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(std::move(tiers), {});
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    store_ = std::move(*store);
+    store_ = testing::DramOnlyStore(64u << 20);
+    ASSERT_NE(store_, nullptr);
   }
   void TearDown() override {
     server_.reset();

@@ -15,6 +15,7 @@
 #include "kvtier/tiers.h"
 #include "server/service_metrics.h"
 #include "testing/test_certs.h"
+#include "testing/test_store.h"
 #include "util/posix_file.h"
 
 namespace kvtier {
@@ -48,14 +49,8 @@ class TlsTest : public ::testing::Test {
     Result<testing::TestPki> other = testing::MakeTestPki(dir_, "theirs");
     ASSERT_TRUE(other.ok()) << other.status().ToString();
     other_ = *other;
-    std::vector<std::unique_ptr<Tier>> tiers;
-    Result<std::unique_ptr<Tier>> dram = NewDramTier(
-        {.name = "dram", .capacity_bytes = 16u << 20, .lock_memory = false, .huge_pages = false, .pin_for_gpu = false});
-    ASSERT_TRUE(dram.ok()) << dram.status().ToString();
-    tiers.push_back(std::move(*dram));
-    Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(std::move(tiers), {});
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    store_ = std::move(*store);
+    store_ = testing::DramOnlyStore(16u << 20);
+    ASSERT_NE(store_, nullptr);
   }
   void TearDown() override {
     server_.reset();

@@ -11,6 +11,7 @@
 #include "kvtier/store.h"
 #include "kvtier/tiers.h"
 #include "testing/faulty_tier.h"
+#include "testing/test_store.h"
 
 namespace kvtier {
 namespace {
@@ -55,12 +56,6 @@ std::size_t GetChain(TieredStore& store, uint64_t chain, uint64_t n) {
   return *read;
 }
 
-std::unique_ptr<Tier> Dram(const std::string& name, uint64_t capacity) {
-  Result<std::unique_ptr<Tier>> tier = NewDramTier(
-      {.name = name, .capacity_bytes = capacity, .lock_memory = false, .huge_pages = false, .pin_for_gpu = false});
-  EXPECT_TRUE(tier.ok()) << tier.status().ToString();
-  return std::move(*tier);
-}
 
 // A Put of one chain started from inside a FaultyTier hook, the first time the hook sees the
 // chain's key: the hook then holds the store's operation on that key (a demotion, an
@@ -144,7 +139,7 @@ TEST_F(StoreIntegrity, ACopyALowerTierLostIsForgotten) {
   StoreOptions options;
   options.synchronous_moves = true;
   options.promote_on_read = false;
-  auto store = Open(Dram("fast", 2u << 20), Dram("slow", 64u << 20), options);
+  auto store = Open(testing::TestDram(2u << 20, "fast"), testing::TestDram(64u << 20, "slow"), options);
   ASSERT_NE(store, nullptr);
   ASSERT_TRUE(PutChain(*store, 0, 4).ok());
   for (uint64_t chain = 1; chain <= 3; ++chain) ASSERT_TRUE(PutChain(*store, chain, 8).ok());
@@ -165,7 +160,7 @@ TEST_F(StoreIntegrity, ACopyALowerTierLostIsForgotten) {
 // (and clearing the mover's mark). Here the mover's demotion into the persist tier fails: before
 // the fix the block was then dropped, after an acknowledged Put.
 TEST_F(StoreIntegrity, APutRacingAMoverPersistsItsBlock) {
-  auto store = Open(Dram("fast", 2u << 20), Nvme(2u << 20), WriteThrough());
+  auto store = Open(testing::TestDram(2u << 20, "fast"), Nvme(2u << 20), WriteThrough());
   ASSERT_NE(store, nullptr);
   const BlockKey x = Key(100, 0);
   ASSERT_TRUE(PutChain(*store, 100, 1).ok());
@@ -200,7 +195,7 @@ TEST_F(StoreIntegrity, AFailedEvictionIsRetried) {
   StoreOptions options;
   options.synchronous_moves = true;
   options.promote_on_read = false;
-  auto store = Open(Dram("fast", 2u << 20), Dram("slow", 2u << 20), options);
+  auto store = Open(testing::TestDram(2u << 20, "fast"), testing::TestDram(2u << 20, "slow"), options);
   ASSERT_NE(store, nullptr);
   ASSERT_TRUE(PutChain(*store, 0, 1).ok());
   ASSERT_TRUE(PutChain(*store, 1, 8).ok());
@@ -229,7 +224,7 @@ TEST_F(StoreIntegrity, TheJournalStaysProportionalToItsBlocks) {
   options.high_watermark = 1.0;  // every write meets a full tier
   options.low_watermark = 0.9;
   options.persistence->compact_journal_min_records = 64;
-  auto store = Open(Dram("fast", 2u << 20), Nvme(2u << 20), options);
+  auto store = Open(testing::TestDram(2u << 20, "fast"), Nvme(2u << 20), options);
   ASSERT_NE(store, nullptr);
   for (uint64_t chain = 0; chain < 16; ++chain) ASSERT_TRUE(PutChain(*store, chain, 1).ok());
   StoreStats stats = store->GetStats();
@@ -248,7 +243,7 @@ TEST_F(StoreIntegrity, TheJournalStaysProportionalToItsBlocks) {
 // Hole 9: write-through reads the caller's payload (a shared-memory segment another process
 // may still be writing) once: the persist tier's copy and the DRAM copy are the same bytes.
 TEST_F(StoreIntegrity, WriteThroughReadsThePayloadOnce) {
-  auto fast = std::make_unique<testing::FaultyTier>(Dram("fast", 8u << 20));
+  auto fast = std::make_unique<testing::FaultyTier>(testing::TestDram(8u << 20, "fast"));
   testing::FaultyTier* dram = fast.get();
   auto store = Open(std::move(fast), Nvme(8u << 20), WriteThrough());
   ASSERT_NE(store, nullptr);
@@ -277,7 +272,7 @@ TEST_F(StoreIntegrity, BlocksDemotedBelowThePersistTierSurviveARestart) {
   const std::string fs_dir = dir_ + "/pfs";
   auto tiers = [&] {
     std::vector<std::unique_ptr<Tier>> t;
-    t.push_back(Dram("fast", 2u << 20));
+    t.push_back(testing::TestDram(2u << 20, "fast"));
     t.push_back(Nvme(2u << 20));
     Result<std::unique_ptr<Tier>> pfs = NewParallelFsTier({.directory = fs_dir, .capacity_bytes = 64u << 20});
     EXPECT_TRUE(pfs.ok()) << pfs.status().ToString();
@@ -303,7 +298,7 @@ TEST_F(StoreIntegrity, BlocksDemotedBelowThePersistTierSurviveARestart) {
 // block in between (it was dropped, and is put again) waits for that eviction instead of
 // writing a copy the eviction then deletes: an acknowledged write-through block is never lost.
 TEST_F(StoreIntegrity, APutAfterADropIsNotUndoneByTheDropsEviction) {
-  auto store = Open(Dram("fast", 2u << 20), Nvme(2u << 20), WriteThrough());
+  auto store = Open(testing::TestDram(2u << 20, "fast"), Nvme(2u << 20), WriteThrough());
   ASSERT_NE(store, nullptr);
   const BlockKey x = Key(200, 0);
   RacingPut racing(*store, 200);
@@ -334,14 +329,14 @@ TEST_F(StoreIntegrity, APutAfterADropIsNotUndoneByTheDropsEviction) {
 // thousands of such records a minute while a disk was full).
 TEST_F(StoreIntegrity, AFailedPersistWriteLeavesNoRecord) {
   {
-    auto store = Open(Dram("fast", 8u << 20), Nvme(8u << 20), WriteThrough());
+    auto store = Open(testing::TestDram(8u << 20, "fast"), Nvme(8u << 20), WriteThrough());
     ASSERT_NE(store, nullptr);
     ASSERT_TRUE(PutChain(*store, 0, 2).ok());
     lower->FailNextWrites(1);
     EXPECT_EQ(PutChain(*store, 1, 2).status().code(), StatusCode::kIoError);
     ASSERT_TRUE(PutChain(*store, 2, 2).ok());
   }
-  auto store = Open(Dram("fast", 8u << 20), Nvme(8u << 20), WriteThrough());
+  auto store = Open(testing::TestDram(8u << 20, "fast"), Nvme(8u << 20), WriteThrough());
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->GetStats().recovered_blocks, 4u);
   EXPECT_EQ(store->GetStats().recovery_dropped_blocks, 0u) << "the journal listed a block that was never written";
@@ -352,7 +347,7 @@ TEST_F(StoreIntegrity, AFailedPersistWriteLeavesNoRecord) {
 // tier below instead of being stored there under a checksum of the wrong bytes, which every
 // later read, the client's included, would have accepted.
 TEST_F(StoreIntegrity, ADemotionCarriesTheChecksumDown) {
-  auto fast = std::make_unique<testing::FaultyTier>(Dram("fast", 2u << 20));
+  auto fast = std::make_unique<testing::FaultyTier>(testing::TestDram(2u << 20, "fast"));
   testing::FaultyTier* dram = fast.get();
   StoreOptions options;
   options.synchronous_moves = true;
