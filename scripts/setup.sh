@@ -10,7 +10,8 @@ packages=(
   libgtest-dev libgmock-dev libxxhash-dev libnuma-dev
   libssl-dev openssl          # TLS of `kvtier serve`; the Python TLS test makes certificates with the CLI
   liburing-dev                # io_uring for the NVMe tier
-  libhiredis-dev redis-server  # the remote-pool tier and the redis-server its tests start
+  libhiredis-dev redis-server redis-tools  # the remote-pool tier; the Redis servers, redis-cli and redis-benchmark its tests start
+  iproute2                    # `ip`: the multi-node test bed's network namespaces (tools/cluster)
   libbenchmark-dev fio        # Google Benchmark targets; fio, the NVMe tier's baseline
   libicu-dev                  # Unicode classes for the BPE pre-tokenizer (trace replay)
   libcpp-httplib-dev          # the service's /metrics and /healthz endpoints
