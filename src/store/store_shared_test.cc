@@ -76,6 +76,9 @@ class SharedPool : public ::testing::Test {
                                                         .endpoints = servers_->endpoints(),
                                                         .capacity_bytes = pool_bytes,
                                                         .key_prefix = "kvtier-shared:",
+                                                        // a loaded CI machine must not make a live
+                                                        // server look down (the default is 1 s)
+                                                        .timeout_ms = 10000,
                                                         .shared = shared});
     EXPECT_TRUE(pool.ok()) << pool.status().ToString();
     if (dram == nullptr || !pool.ok()) return nullptr;
