@@ -58,8 +58,14 @@ struct ParallelFsTierOptions {
   int shard_levels = 2;                // Default: 2 levels of 256 subdirectories
   FsyncPolicy fsync = FsyncPolicy::kFile;  // Default: kFile
   // Default: true, count the blocks an earlier run left in the directory as held; false
-  // deletes them, so the tier starts empty (a tier whose blocks no journal lists).
+  // deletes them, so the tier starts empty (a tier whose blocks no journal lists). Ignored
+  // when shared (nothing is counted or deleted at open); false with shared is refused.
   bool recover = true;
+  // Default: false. One directory for many nodes (Tier::shared, docs/cluster.md): Open
+  // neither counts nor deletes the files in it, Evict forgets a block locally and leaves its
+  // file, used bytes count what this process wrote; a janitor (find -amin ... -delete) or the
+  // filesystem's quota evicts.
+  bool shared = false;
 
   Status Validate() const;
 };

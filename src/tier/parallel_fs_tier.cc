@@ -7,16 +7,36 @@
 //   offset 8   uint64 little-endian        payload length
 //   offset 16  uint64 little-endian        xxh3-64 of the payload (PayloadChecksum)
 //   offset 24  the payload
-// A block is written to `<key hex>.<pid>.<tid>.<n>.tmp` beside its final name and renamed
-// over it, so readers see the old file or the new one, never a mix: a reader that opened
-// the old file keeps reading the old inode after the rename.
+// A block is written to `<key hex>.<pid>.<nonce>.<n>.tmp` beside its final name (nonce: a
+// random 64-bit id per tier instance, so that processes on different hosts with the same pid
+// never pick one name) and renamed over it, so readers see the old file or the new one, never
+// a mix: a reader that opened the old file keeps reading the old inode after the rename.
+//
+// Shared (`ParallelFsTierOptions::shared`, issue 16): several nodes use one directory. The
+// directory is then the pool's, not this process's:
+//  - Open neither scans nor counts nor deletes anything: not other nodes' blocks (which
+//    `recover` would count as ours or, off, delete) and not their in-flight temporaries
+//    (which a node cannot tell from a crashed writer's). `recover` is ignored, and
+//    `recover: false` is refused by Validate, since it asks to delete every node's blocks.
+//  - Evict forgets the block in this process's accounting and leaves the file: another
+//    node may have indexed it. What evicts is a janitor outside kvtier, e.g. from cron
+//      find <dir> -name '*.blk' -amin +1440 -delete   (blocks unread for a day; use -mmin
+//                                                        where the filesystem keeps no atime)
+//      find <dir> -name '*.tmp' -mmin +60 -delete     (temporaries of crashed writers)
+//    or the filesystem's quota (a full quota is ResourceExhausted on Write). A block the
+//    janitor deleted reads as NotFound, and the read forgets it here.
+//  - Used bytes and capacity count what this process wrote and has not evicted; Size and
+//    Read see every node's files. A file that fails its checksum is still deleted: nobody
+//    can use it.
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <random>
 #include <string>
 #include <system_error>
 #include <unordered_map>
@@ -103,9 +123,11 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
 // lock: readers rely on rename's atomic replacement. Counters are relaxed atomics.
 class ParallelFsTier final : public Tier {
  public:
-  explicit ParallelFsTier(ParallelFsTierOptions options) : options_(std::move(options)) {}
+  explicit ParallelFsTier(ParallelFsTierOptions options)
+      : options_(std::move(options)), temp_tag_(std::to_string(::getpid()) + "." + RandomHex()) {}
 
-  // Rebuilds the accounting from the directory and removes temporaries a crash left behind.
+  // Rebuilds the accounting from the directory and removes temporaries a crash left behind
+  // (not when shared: see the file comment).
   Status Open();
 
   TierKind kind() const override { return TierKind::kParallelFs; }
@@ -116,11 +138,20 @@ class ParallelFsTier final : public Tier {
   Result<std::size_t> Read(const ReadOp& op) override;
   std::optional<std::size_t> Size(const BlockKey& key) const override;
   Status Evict(const BlockKey& key) override;
+  bool shared() const override { return options_.shared; }
   TierStats GetStats() const override;
   Result<std::vector<BlockKey>> ListKeys() const override;
 
  private:
   static constexpr std::size_t kKeyLocks = 64;
+
+  static std::string RandomHex() {
+    std::random_device device;
+    const uint64_t id = (uint64_t{device()} << 32) ^ device();
+    char text[17];
+    std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(id));
+    return text;
+  }
 
   std::string ShardDir(const std::string& hex) const {
     std::string dir = options_.directory;
@@ -139,6 +170,8 @@ class ParallelFsTier final : public Tier {
   Status Commit(const BlockKey& key, const std::string& temp, const std::string& path, uint64_t size,
                 uint64_t reservation);
   Status DropCorrupt(const BlockKey& key, const std::string& path, const struct stat& opened, const Status& why);
+  Status EvictShared(const BlockKey& key, const std::string& path);
+  void ForgetVanished(const BlockKey& key, const std::string& path);
   Status ScanDirectory(const std::string& dir, int level);
   void AdmitScanned(const std::string& path, std::string_view file_name);
   uint64_t ForgetLocked(const BlockKey& key);
@@ -148,6 +181,7 @@ class ParallelFsTier final : public Tier {
   }
 
   const ParallelFsTierOptions options_;
+  const std::string temp_tag_;  // "<pid>.<nonce>": this instance's part of its temporaries' names
   std::array<std::mutex, kKeyLocks> key_locks_;
 
   mutable std::mutex mu_;
@@ -224,8 +258,7 @@ Status ParallelFsTier::Write(const WriteOp& op) {
   }
 
   const std::string path = BlockPath(hex);
-  const std::string temp = ShardDir(hex) + "/" + hex + "." + std::to_string(::getpid()) + "." +
-                           std::to_string(::gettid()) + "." +
+  const std::string temp = ShardDir(hex) + "/" + hex + "." + temp_tag_ + "." +
                            std::to_string(temp_counter_.fetch_add(1, std::memory_order_relaxed)) +
                            std::string(kTempSuffix);
   Status status = WriteTemp(hex, temp, payload, checksum);
@@ -287,6 +320,7 @@ Result<std::size_t> ParallelFsTier::Read(const ReadOp& op) {
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) {
     if (errno == ENOENT) {
+      if (options_.shared) ForgetVanished(key, path);  // another node's janitor deleted it
       counters_.read_misses.fetch_add(1, std::memory_order_relaxed);
       return Status::NotFound("block " + hex + " is not in tier '" + options_.name + "'");
     }
@@ -357,9 +391,39 @@ std::optional<std::size_t> ParallelFsTier::Size(const BlockKey& key) const {
   return static_cast<std::size_t>(bytes - kHeaderBytes);
 }
 
+// Under the key's lock, so that a Write committing the key meanwhile is not forgotten: the
+// file is checked again there.
+void ParallelFsTier::ForgetVanished(const BlockKey& key, const std::string& path) {
+  std::lock_guard key_lock(KeyLock(key));
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0 || errno != ENOENT) return;
+  std::lock_guard lock(mu_);
+  ForgetLocked(key);
+}
+
+// A shared directory's block stays for the other nodes (see the file comment): this only
+// drops it from this process's accounting. NotFound when neither this process holds it nor
+// the file exists.
+Status ParallelFsTier::EvictShared(const BlockKey& key, const std::string& path) {
+  std::lock_guard key_lock(KeyLock(key));
+  bool held = false;
+  {
+    std::lock_guard lock(mu_);
+    held = sizes_.contains(key);
+    ForgetLocked(key);
+  }
+  struct stat info {};
+  if (!held && ::stat(path.c_str(), &info) != 0) {
+    return Status::NotFound("block " + key.ToHex() + " is not in tier '" + options_.name + "'");
+  }
+  counters_.evictions.fetch_add(1, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
 Status ParallelFsTier::Evict(const BlockKey& key) {
   const std::string hex = key.ToHex();
   const std::string path = BlockPath(hex);
+  if (options_.shared) return EvictShared(key, path);
   std::lock_guard key_lock(KeyLock(key));
   if (::unlink(path.c_str()) != 0) {
     const int error = errno;
@@ -392,9 +456,11 @@ Result<std::vector<BlockKey>> ParallelFsTier::ListKeys() const {
 }
 
 Status ParallelFsTier::Open() {
-  KVTIER_RETURN_IF_ERROR(ScanDirectory(options_.directory, 0));
+  // A shared directory's files belong to every node: none is this process's to count or
+  // delete, not even a temporary (its writer may be alive on another host).
+  if (!options_.shared) KVTIER_RETURN_IF_ERROR(ScanDirectory(options_.directory, 0));
   // Fail now, not at the first Write, on a read-only or full filesystem.
-  const std::string probe = options_.directory + "/.probe." + std::to_string(::getpid()) + std::string(kTempSuffix);
+  const std::string probe = options_.directory + "/.probe." + temp_tag_ + std::string(kTempSuffix);
   ScopedFd fd(::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd.valid()) return FsError(probe, "open", errno).WithContext("tier directory is not writable");
   ::unlink(probe.c_str());
@@ -461,6 +527,12 @@ Status ParallelFsTierOptions::Validate() const {
   if (fsync != FsyncPolicy::kNever && fsync != FsyncPolicy::kFile && fsync != FsyncPolicy::kFileAndDir) {
     return Status::InvalidArgument("parallel_fs tier '" + name + "': unknown fsync policy " +
                                    std::to_string(static_cast<int>(fsync)));
+  }
+  if (shared && !recover) {
+    return Status::InvalidArgument("parallel_fs tier '" + name +
+                                   "': 'recover: false' deletes the blocks in the directory, and with 'shared: true' "
+                                   "they are every node's; remove 'recover' (a shared tier never scans the directory: "
+                                   "a janitor or the quota evicts, docs/cluster.md)");
   }
   return Status::Ok();
 }

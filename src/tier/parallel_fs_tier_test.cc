@@ -366,5 +366,99 @@ TEST_F(ParallelFsTierTest, ConcurrentWritesAndEvictsKeepAccountingExact) {
   EXPECT_TRUE(FilesEndingWith(dir_, ".tmp").empty());
 }
 
+// Issue 16: several nodes on one directory with `shared: true`. Two instances in one process
+// stand for two nodes: they share nothing but the directory.
+TEST_F(ParallelFsTierTest, SharedTierReportsSharedAndAnotherNodeReadsItsBlocks) {
+  auto a = Open({.shared = true});
+  auto b = Open({.shared = true});
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_TRUE(a->shared());
+  EXPECT_FALSE(Open()->shared());
+  const BlockKey key{0x5151, 16};
+  ASSERT_TRUE(a->Write(key, Payload(3000, 5)).ok());
+  EXPECT_EQ(b->Size(key), 3000u);  // B sees A's file
+  std::vector<std::byte> out(3000);
+  Result<std::size_t> read = b->Read(key, out);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(out, Payload(3000, 5));
+  EXPECT_EQ(a->GetStats().used_bytes, 3000u);  // each node counts only what it wrote
+  EXPECT_EQ(b->GetStats().used_bytes, 0u);
+  EXPECT_EQ(b->GetStats().blocks, 0u);
+}
+
+TEST_F(ParallelFsTierTest, SharedEvictForgetsLocallyAndLeavesTheFile) {
+  auto a = Open({.capacity_bytes = 4000, .shared = true});
+  auto b = Open({.capacity_bytes = 4000, .shared = true});
+  const BlockKey key{7, 1};
+  ASSERT_TRUE(a->Write(key, Payload(3000, 1)).ok());
+  ASSERT_TRUE(b->Evict(key).ok());  // B never wrote it: nothing to forget, the file stays
+  ASSERT_TRUE(a->Evict(key).ok());  // even the writer's eviction only forgets
+  EXPECT_TRUE(fs::exists(BlockPath(key)));
+  std::vector<std::byte> out(3000);
+  ASSERT_TRUE(a->Read(key, out).ok());
+  EXPECT_EQ(out, Payload(3000, 1));
+  EXPECT_EQ(a->GetStats().used_bytes, 0u);
+  EXPECT_EQ(a->GetStats().evictions, 1u);
+  ASSERT_TRUE(a->Write({8, 1}, Payload(4000, 2)).ok());  // the forgotten bytes are free again
+  EXPECT_EQ(a->Evict({9, 9}).code(), StatusCode::kNotFound);
+}
+
+TEST_F(ParallelFsTierTest, SharedOpenCountsAndDeletesNothing) {
+  {
+    auto a = Open({.shared = true});
+    ASSERT_TRUE(a->Write({1, 1}, Payload(1000, 1)).ok());
+    ASSERT_TRUE(a->Write({2, 2}, Payload(2000, 2)).ok());
+  }
+  fs::create_directories(BlockPath({3, 3}).parent_path());
+  WriteFile(BlockPath({3, 3}), {'K', 'V'});  // damaged, or another node's write in an odd state
+  for (const bool recover : {true, false}) {
+    SCOPED_TRACE(recover);
+    Result<std::unique_ptr<Tier>> c = NewParallelFsTier({.directory = dir_.string(), .recover = recover, .shared = true});
+    if (!recover) {  // would delete every node's blocks
+      EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(c.status().message().find("recover"), std::string::npos);
+      continue;
+    }
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ((*c)->GetStats().used_bytes, 0u);
+    EXPECT_EQ((*c)->GetStats().blocks, 0u);
+    EXPECT_TRUE((*c)->ListKeys()->empty());
+    EXPECT_EQ((*c)->GetStats().checksum_failures, 0u);
+  }
+  EXPECT_TRUE(fs::exists(BlockPath({1, 1})));
+  EXPECT_TRUE(fs::exists(BlockPath({2, 2})));
+  EXPECT_TRUE(fs::exists(BlockPath({3, 3})));
+}
+
+TEST_F(ParallelFsTierTest, SharedOpenLeavesAnotherProcesssTemporary) {
+  // A Write in flight on another host: its pid and nonce are not ours.
+  const fs::path shard = BlockPath({1, 1}).parent_path();
+  fs::create_directories(shard);
+  const fs::path temp = shard / "00000000000000010000000000000001.4242.0123456789abcdef.0.tmp";
+  WriteFile(temp, {'x'});
+  auto tier = Open({.shared = true});
+  ASSERT_NE(tier, nullptr);
+  EXPECT_TRUE(fs::exists(temp));
+  ASSERT_TRUE(tier->Write({1, 1}, Payload(100, 1)).ok());  // a temporary of its own, renamed
+  EXPECT_EQ(FilesEndingWith(dir_, ".tmp"), std::vector<fs::path>{temp});
+  tier.reset();
+  Open();  // an unshared open still removes every stale temporary (today's rule)
+  EXPECT_FALSE(fs::exists(temp));
+}
+
+TEST_F(ParallelFsTierTest, SharedBlockAJanitorDeletedIsNotFoundAndForgotten) {
+  auto a = Open({.shared = true});
+  auto b = Open({.shared = true});
+  ASSERT_TRUE(a->Write({4, 4}, Payload(1000, 4)).ok());
+  ASSERT_TRUE(fs::remove(BlockPath({4, 4})));  // the janitor
+  std::vector<std::byte> out(1000);
+  EXPECT_EQ(b->Read({4, 4}, out).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(a->Read({4, 4}, out).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(a->Size({4, 4}), std::nullopt);
+  EXPECT_EQ(a->GetStats().used_bytes, 0u);
+  EXPECT_EQ(a->GetStats().blocks, 0u);
+}
+
 }  // namespace
 }  // namespace kvtier

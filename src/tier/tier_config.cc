@@ -89,7 +89,8 @@ Result<TierOptions> ParseTier(const YamlMap& t, const std::string& kind, const s
     return TierOptions(o);
   }
   if (kind == "parallel_fs") {
-    KVTIER_RETURN_IF_ERROR(t.CheckKeys({"kind", "name", "capacity", "directory", "shard_levels", "fsync", "recover"}));
+    KVTIER_RETURN_IF_ERROR(t.CheckKeys({"kind", "name", "capacity", "directory", "shard_levels", "fsync", "recover",
+                                        "shared"}));
     ParallelFsTierOptions o;
     if (t.Has("name")) {
       KVTIER_ASSIGN_OR_RETURN(o.name, t.String("name"));
@@ -116,6 +117,9 @@ Result<TierOptions> ParseTier(const YamlMap& t, const std::string& kind, const s
     }
     if (t.Has("recover")) {
       KVTIER_ASSIGN_OR_RETURN(o.recover, t.Bool("recover"));
+    }
+    if (t.Has("shared")) {
+      KVTIER_ASSIGN_OR_RETURN(o.shared, t.Bool("shared"));
     }
     return TierOptions(o);
   }

@@ -40,6 +40,7 @@ TEST(TierConfig, TheAnnotatedExampleParses) {
   const auto& pfs = std::get<ParallelFsTierOptions>(config->tiers[5]);
   EXPECT_EQ(pfs.directory, "/lustre/kvtier");
   EXPECT_EQ(pfs.fsync, FsyncPolicy::kFile);
+  EXPECT_FALSE(pfs.shared);
 }
 
 TEST(TierConfig, MistakesAreNamed) {
@@ -54,6 +55,11 @@ TEST(TierConfig, MistakesAreNamed) {
   EXPECT_NE(ErrorOf("tiers:\n  - kind: cpu_dram\n    capacity: 1GiB\n    numa_node: x\n").find("numa_node"),
             std::string::npos);
   EXPECT_NE(ErrorOf("tiers:\n  - kind: parallel_fs\n    directory: d\n    fsync: always\n").find("fsync must be"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("tiers:\n  - kind: parallel_fs\n    directory: d\n    shared: maybe\n").find("shared"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("tiers:\n  - kind: parallel_fs\n    directory: d\n    shared: true\n    recover: false\n")
+                .find("'recover: false' deletes"),
             std::string::npos);
   EXPECT_NE(ErrorOf("tiers:\n  - kind: remote_pool\n    endpoints: [a:1]\n    topology: mesh\n").find("topology must be"),
             std::string::npos);
@@ -70,7 +76,8 @@ TEST(TierConfig, GpuAndRemoteTiers) {
       "    connections_per_node: 8\n    timeout_ms: 250\n    ttl_seconds: 3600\n    key_prefix: \"kv:\"\n"
       "    username: kvtier\n    password: s3cret\n    shared: true\n"
       "  - kind: nvme\n    files: [a]\n    capacity: 1GiB\n    recover: false\n"
-      "  - kind: parallel_fs\n    directory: p\n    recover: false\n",
+      "  - kind: parallel_fs\n    directory: p\n    recover: false\n"
+      "  - kind: parallel_fs\n    name: pool\n    directory: q\n    shared: true\n",
       "t.yaml");
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   const auto& gpu = std::get<GpuHbmTierOptions>(config->tiers[0]);
@@ -90,6 +97,8 @@ TEST(TierConfig, GpuAndRemoteTiers) {
   EXPECT_TRUE(remote.shared);
   EXPECT_FALSE(std::get<NvmeTierOptions>(config->tiers[2]).recover);
   EXPECT_FALSE(std::get<ParallelFsTierOptions>(config->tiers[3]).recover);
+  EXPECT_FALSE(std::get<ParallelFsTierOptions>(config->tiers[3]).shared);
+  EXPECT_TRUE(std::get<ParallelFsTierOptions>(config->tiers[4]).shared);
 }
 
 TEST(TierConfig, DefaultIsDramThenNvmeUnderTheDataDir) {
