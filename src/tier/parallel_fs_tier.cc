@@ -262,7 +262,12 @@ Status ParallelFsTier::Write(const WriteOp& op) {
                            std::to_string(temp_counter_.fetch_add(1, std::memory_order_relaxed)) +
                            std::string(kTempSuffix);
   Status status = WriteTemp(hex, temp, payload, checksum);
-  if (status.ok()) status = Commit(key, temp, path, size, reservation);
+  if (status.ok()) {
+    status = Commit(key, temp, path, size, reservation);  // releases the reservation either way
+  } else {
+    std::lock_guard lock(mu_);
+    reserved_bytes_ -= reservation;
+  }
   if (!status.ok()) {
     ::unlink(temp.c_str());  // may not exist; the old block, if any, is untouched
     return FailWrite(std::move(status));

@@ -167,6 +167,19 @@ TEST_F(ParallelFsTierTest, RoundTripReplaceEvictAndMisses) {
   EXPECT_EQ(stats.evictions, 1u);
 }
 
+// A write that fails before its commit (here: its shard directory cannot be made, a file is in
+// the way) gives back the room it reserved; before, every such failure shrank the tier.
+TEST_F(ParallelFsTierTest, AFailedWriteGivesBackItsReservation) {
+  auto tier = Open({.capacity_bytes = 2500});
+  const BlockKey blocked{0xab00000000000000ULL, 9};
+  fs::create_directories(dir_);
+  WriteFile(dir_ / blocked.ToHex().substr(0, 2), std::vector<char>(10, 'x'));  // not a directory
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(tier->Write(blocked, Payload(1000, 1)).ok());
+  EXPECT_TRUE(tier->Write({1, 1}, Payload(1000, 2)).ok()) << "the failed writes kept their room";
+  EXPECT_TRUE(tier->Write({2, 2}, Payload(1000, 3)).ok());
+  EXPECT_EQ(tier->GetStats().used_bytes, 2000u);
+}
+
 TEST_F(ParallelFsTierTest, FullTierRefusesWritesAndKeepsEarlierBlocks) {
   auto tier = Open({.capacity_bytes = 2500});
   ASSERT_TRUE(tier->Write({1, 1}, Payload(1000, 1)).ok());
