@@ -18,44 +18,7 @@ namespace {
 
 constexpr uint32_t kBlockBytes = 256 << 10;  // DRAM slabs are 2 MiB: 8 of these each
 
-BlockKey Key(uint64_t chain, uint64_t i) { return {chain * 0x9E3779B97F4A7C15ull + 3, i + 1}; }
-
-std::vector<std::byte> Payload(uint64_t chain, uint64_t i) {
-  std::vector<std::byte> bytes(kBlockBytes);
-  for (std::size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<std::byte>((k * 29 + chain * 5 + i * 11) & 0xff);
-  return bytes;
-}
-
-std::vector<BlockKey> ChainKeys(uint64_t chain, uint64_t n) {
-  std::vector<BlockKey> keys;
-  for (uint64_t i = 0; i < n; ++i) keys.push_back(Key(chain, i));
-  return keys;
-}
-
-Result<PutResult> PutChain(TieredStore& store, uint64_t chain, uint64_t n) {
-  std::vector<std::vector<std::byte>> payloads;
-  std::vector<BlockPut> puts;
-  for (uint64_t i = 0; i < n; ++i) payloads.push_back(Payload(chain, i));
-  for (uint64_t i = 0; i < n; ++i) puts.push_back({.key = Key(chain, i), .payload = payloads[i], .tokens = 16});
-  return store.Put(puts);
-}
-
-// The blocks of the chain's stored prefix that read back bit-exact.
-std::size_t GetChain(TieredStore& store, uint64_t chain, uint64_t n) {
-  std::vector<std::vector<std::byte>> buffers(n, std::vector<std::byte>(kBlockBytes));
-  std::vector<std::span<std::byte>> outs(buffers.begin(), buffers.end());
-  Result<std::size_t> read = store.Get(ChainKeys(chain, n), outs);
-  EXPECT_TRUE(read.ok()) << read.status().ToString();
-  if (!read.ok()) return 0;
-  for (std::size_t i = 0; i < *read; ++i) {
-    if (buffers[i] != Payload(chain, i)) {
-      ADD_FAILURE() << "chain " << chain << " block " << i << " has wrong bytes";
-      return i;
-    }
-  }
-  return *read;
-}
-
+const testing::TestChains kChainData(kBlockBytes);
 
 // A Put of one chain started from inside a FaultyTier hook, the first time the hook sees the
 // chain's key: the hook then holds the store's operation on that key (a demotion, an
@@ -69,12 +32,12 @@ class RacingPut {
 
   // For a hook: whether this call started the Put.
   bool Meet(const BlockKey& key) {
-    if (key != Key(chain_, 0)) return false;
+    if (key != kChainData.Key(chain_, 0)) return false;
     if (started_) {
       ++later_calls_;
       return false;
     }
-    thread_ = std::thread([this] { status_ = PutChain(store_, chain_, 1).status(); });
+    thread_ = std::thread([this] { status_ = kChainData.Put(store_, chain_, 1).status(); });
     started_ = true;  // after thread_ is set: Finish joins it
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     return true;
@@ -141,18 +104,18 @@ TEST_F(StoreIntegrity, ACopyALowerTierLostIsForgotten) {
   options.promote_on_read = false;
   auto store = Open(testing::TestDram(2u << 20, "fast"), testing::TestDram(64u << 20, "slow"), options);
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(PutChain(*store, 0, 4).ok());
-  for (uint64_t chain = 1; chain <= 3; ++chain) ASSERT_TRUE(PutChain(*store, chain, 8).ok());
-  const std::vector<BlockKey> keys = ChainKeys(0, 4);
+  ASSERT_TRUE(kChainData.Put(*store, 0, 4).ok());
+  for (uint64_t chain = 1; chain <= 3; ++chain) ASSERT_TRUE(kChainData.Put(*store, chain, 8).ok());
+  const std::vector<BlockKey> keys = kChainData.Keys(0, 4);
   ASSERT_EQ(store->Lookup(keys).tier, std::vector<int>(4, 1)) << "chain 0 should have been demoted";
 
   ASSERT_TRUE(lower->Evict(keys[2]).ok());  // gone behind the store's back
-  EXPECT_EQ(GetChain(*store, 0, 4), 2u);
+  EXPECT_EQ(kChainData.Get(*store, 0, 4), 2u);
   EXPECT_EQ(store->Lookup(keys).prefix_blocks, 2u) << "a block no tier holds is still listed";
   EXPECT_EQ(store->GetStats().vanished_copies, 1u);
 
-  ASSERT_TRUE(PutChain(*store, 0, 4).ok());
-  EXPECT_EQ(GetChain(*store, 0, 4), 4u);
+  ASSERT_TRUE(kChainData.Put(*store, 0, 4).ok());
+  EXPECT_EQ(kChainData.Get(*store, 0, 4), 4u);
 }
 
 // Hole 3: a write-through Put of a block that is stored but no longer in the persist tier,
@@ -162,14 +125,14 @@ TEST_F(StoreIntegrity, ACopyALowerTierLostIsForgotten) {
 TEST_F(StoreIntegrity, APutRacingAMoverPersistsItsBlock) {
   auto store = Open(testing::TestDram(2u << 20, "fast"), Nvme(2u << 20), WriteThrough());
   ASSERT_NE(store, nullptr);
-  const BlockKey x = Key(100, 0);
-  ASSERT_TRUE(PutChain(*store, 100, 1).ok());
+  const BlockKey x = kChainData.Key(100, 0);
+  ASSERT_TRUE(kChainData.Put(*store, 100, 1).ok());
   // Keep x hot in DRAM while new chains push it out of the persist tier (whose policy never
   // sees DRAM hits).
   uint64_t chain = 0;
   for (; chain < 64 && lower->Size(x).has_value(); ++chain) {
-    ASSERT_TRUE(PutChain(*store, chain, 1).ok());
-    ASSERT_EQ(GetChain(*store, 100, 1), 1u);
+    ASSERT_TRUE(kChainData.Put(*store, chain, 1).ok());
+    ASSERT_EQ(kChainData.Get(*store, 100, 1), 1u);
   }
   ASSERT_FALSE(lower->Size(x).has_value()) << "x should have left the persist tier";
   ASSERT_EQ(store->Lookup({&x, 1}).tier, std::vector<int>{0});
@@ -179,7 +142,7 @@ TEST_F(StoreIntegrity, APutRacingAMoverPersistsItsBlock) {
     return racing.Meet(key) ? Status::IoError("injected: the demotion of x fails") : Status::Ok();
   });
   for (uint64_t more = 0; more < 64 && !racing.started(); ++more) {
-    ASSERT_TRUE(PutChain(*store, 1000 + more, 1).ok());  // x goes cold: DRAM demotes it
+    ASSERT_TRUE(kChainData.Put(*store, 1000 + more, 1).ok());  // x goes cold: DRAM demotes it
   }
   ASSERT_TRUE(racing.started()) << "x was never demoted";
   const Status racing_status = racing.Finish();
@@ -197,14 +160,14 @@ TEST_F(StoreIntegrity, AFailedEvictionIsRetried) {
   options.promote_on_read = false;
   auto store = Open(testing::TestDram(2u << 20, "fast"), testing::TestDram(2u << 20, "slow"), options);
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(PutChain(*store, 0, 1).ok());
-  ASSERT_TRUE(PutChain(*store, 1, 8).ok());
-  const BlockKey first = Key(0, 0);
+  ASSERT_TRUE(kChainData.Put(*store, 0, 1).ok());
+  ASSERT_TRUE(kChainData.Put(*store, 1, 8).ok());
+  const BlockKey first = kChainData.Key(0, 0);
   ASSERT_EQ(store->Lookup({&first, 1}).tier, std::vector<int>{1});
 
   lower->FailNextEvictions(1000);  // down while chain 0 is dropped from the last tier
   for (uint64_t chain = 3; chain <= 6 && store->Lookup({&first, 1}).prefix_blocks == 1; ++chain) {
-    ASSERT_TRUE(PutChain(*store, chain, 8).ok());
+    ASSERT_TRUE(kChainData.Put(*store, chain, 8).ok());
   }
   ASSERT_EQ(store->Lookup({&first, 1}).prefix_blocks, 0u) << "chain 0 should have been dropped";
   ASSERT_TRUE(lower->Size(first).has_value());
@@ -212,7 +175,7 @@ TEST_F(StoreIntegrity, AFailedEvictionIsRetried) {
   EXPECT_GT(store->GetStats().pending_evictions, 0u);
 
   lower->FailNextEvictions(0);  // back
-  ASSERT_TRUE(PutChain(*store, 7, 1).ok());
+  ASSERT_TRUE(kChainData.Put(*store, 7, 1).ok());
   EXPECT_FALSE(lower->Size(first).has_value()) << "the value leaked";
   EXPECT_EQ(store->GetStats().pending_evictions, 0u);
 }
@@ -226,14 +189,14 @@ TEST_F(StoreIntegrity, TheJournalStaysProportionalToItsBlocks) {
   options.persistence->compact_journal_min_records = 64;
   auto store = Open(testing::TestDram(2u << 20, "fast"), Nvme(2u << 20), options);
   ASSERT_NE(store, nullptr);
-  for (uint64_t chain = 0; chain < 16; ++chain) ASSERT_TRUE(PutChain(*store, chain, 1).ok());
+  for (uint64_t chain = 0; chain < 16; ++chain) ASSERT_TRUE(kChainData.Put(*store, chain, 1).ok());
   StoreStats stats = store->GetStats();
   // One put record per write into the persist tier (new blocks, and blocks DRAM demoted into
   // it), one drop record per block that left it.
   EXPECT_EQ(stats.journal_records, stats.put_blocks + stats.tiers[0].demotions + stats.tiers[1].drops)
       << "a block was journaled more than once per write";
 
-  for (uint64_t chain = 16; chain < 400; ++chain) ASSERT_TRUE(PutChain(*store, chain, 1).ok());
+  for (uint64_t chain = 16; chain < 400; ++chain) ASSERT_TRUE(kChainData.Put(*store, chain, 1).ok());
   store->Drain();
   stats = store->GetStats();
   EXPECT_LE(stats.journal_records, 2 * stats.tiers[1].blocks + 64 + 1) << "the journal was never compacted";
@@ -247,12 +210,12 @@ TEST_F(StoreIntegrity, WriteThroughReadsThePayloadOnce) {
   testing::FaultyTier* dram = fast.get();
   auto store = Open(std::move(fast), Nvme(8u << 20), WriteThrough());
   ASSERT_NE(store, nullptr);
-  std::vector<std::byte> segment = Payload(7, 0);
+  std::vector<std::byte> segment = kChainData.Payload(7, 0);
   dram->BeforeWrite([&](const BlockKey&) {  // after the persist tier's write
     segment[0] = ~segment[0];               // the client rewrites its segment meanwhile
     return Status::Ok();
   });
-  const BlockKey key = Key(7, 0);
+  const BlockKey key = kChainData.Key(7, 0);
   const BlockPut put{.key = key, .payload = segment, .tokens = 16};
   ASSERT_TRUE(store->Put({&put, 1}).ok());
   dram->BeforeWrite({});
@@ -283,7 +246,7 @@ TEST_F(StoreIntegrity, BlocksDemotedBelowThePersistTierSurviveARestart) {
   {
     Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(tiers(), WriteThrough());
     ASSERT_TRUE(store.ok()) << store.status().ToString();
-    for (uint64_t chain = 0; chain < kChains; ++chain) ASSERT_TRUE(PutChain(**store, chain, kBlocks).ok());
+    for (uint64_t chain = 0; chain < kChains; ++chain) ASSERT_TRUE(kChainData.Put(**store, chain, kBlocks).ok());
     ASSERT_GT((*store)->GetStats().tiers[1].demotions, 0u) << "nothing left the persist tier";
   }
   Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(tiers(), WriteThrough());
@@ -291,7 +254,7 @@ TEST_F(StoreIntegrity, BlocksDemotedBelowThePersistTierSurviveARestart) {
   const StoreStats stats = (*store)->GetStats();
   EXPECT_EQ(stats.recovered_blocks, kChains * kBlocks);
   EXPECT_GT(stats.tiers[2].blocks, 0u);
-  for (uint64_t chain = 0; chain < kChains; ++chain) EXPECT_EQ(GetChain(**store, chain, kBlocks), kBlocks) << chain;
+  for (uint64_t chain = 0; chain < kChains; ++chain) EXPECT_EQ(kChainData.Get(**store, chain, kBlocks), kBlocks) << chain;
 }
 
 // A copy leaving a tier is evicted after the store's lock is released. A Put of the same
@@ -300,15 +263,15 @@ TEST_F(StoreIntegrity, BlocksDemotedBelowThePersistTierSurviveARestart) {
 TEST_F(StoreIntegrity, APutAfterADropIsNotUndoneByTheDropsEviction) {
   auto store = Open(testing::TestDram(2u << 20, "fast"), Nvme(2u << 20), WriteThrough());
   ASSERT_NE(store, nullptr);
-  const BlockKey x = Key(200, 0);
+  const BlockKey x = kChainData.Key(200, 0);
   RacingPut racing(*store, 200);
   lower->BeforeEvict([&](const BlockKey& key) {
     (void)racing.Meet(key);
     return Status::Ok();
   });
-  ASSERT_TRUE(PutChain(*store, 200, 1).ok());
+  ASSERT_TRUE(kChainData.Put(*store, 200, 1).ok());
   for (uint64_t chain = 0; chain < 64 && !racing.started(); ++chain) {
-    ASSERT_TRUE(PutChain(*store, chain, 1).ok());  // x leaves DRAM, then the persist tier
+    ASSERT_TRUE(kChainData.Put(*store, chain, 1).ok());  // x leaves DRAM, then the persist tier
   }
   ASSERT_TRUE(racing.started()) << "x was never dropped";
   const Status racing_status = racing.Finish();
@@ -321,7 +284,7 @@ TEST_F(StoreIntegrity, APutAfterADropIsNotUndoneByTheDropsEviction) {
     EXPECT_TRUE(lower->Size(x).has_value()) << "the drop's eviction deleted the new copy";
     EXPECT_EQ(store->Lookup({&x, 1}).prefix_blocks, 1u);
   }
-  EXPECT_EQ(GetChain(*store, 200, 1), store->Lookup({&x, 1}).prefix_blocks) << "the index lists a copy no tier has";
+  EXPECT_EQ(kChainData.Get(*store, 200, 1), store->Lookup({&x, 1}).prefix_blocks) << "the index lists a copy no tier has";
 }
 
 // A write into the persist tier is journaled before it is made; one that fails withdraws
@@ -331,10 +294,10 @@ TEST_F(StoreIntegrity, AFailedPersistWriteLeavesNoRecord) {
   {
     auto store = Open(testing::TestDram(8u << 20, "fast"), Nvme(8u << 20), WriteThrough());
     ASSERT_NE(store, nullptr);
-    ASSERT_TRUE(PutChain(*store, 0, 2).ok());
+    ASSERT_TRUE(kChainData.Put(*store, 0, 2).ok());
     lower->FailNextWrites(1);
-    EXPECT_EQ(PutChain(*store, 1, 2).status().code(), StatusCode::kIoError);
-    ASSERT_TRUE(PutChain(*store, 2, 2).ok());
+    EXPECT_EQ(kChainData.Put(*store, 1, 2).status().code(), StatusCode::kIoError);
+    ASSERT_TRUE(kChainData.Put(*store, 2, 2).ok());
   }
   auto store = Open(testing::TestDram(8u << 20, "fast"), Nvme(8u << 20), WriteThrough());
   ASSERT_NE(store, nullptr);
@@ -354,19 +317,19 @@ TEST_F(StoreIntegrity, ADemotionCarriesTheChecksumDown) {
   options.prefetch = false;
   auto store = Open(std::move(fast), Nvme(8u << 20), std::move(options));
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(PutChain(*store, 300, 1).ok());
+  ASSERT_TRUE(kChainData.Put(*store, 300, 1).ok());
   dram->CorruptNextReads(1);  // the first block demoted is read back wrong
-  for (uint64_t chain = 0; chain < 16; ++chain) ASSERT_TRUE(PutChain(*store, chain, 1).ok());
+  for (uint64_t chain = 0; chain < 16; ++chain) ASSERT_TRUE(kChainData.Put(*store, chain, 1).ok());
   store->Drain();
   ASSERT_GT(store->GetStats().tiers[0].demotions + store->GetStats().tiers[0].drops, 0u) << "nothing left DRAM";
   std::vector<uint64_t> chains = {300};
   for (uint64_t chain = 0; chain < 16; ++chain) chains.push_back(chain);
   for (uint64_t chain : chains) {
     std::vector<std::byte> below(kBlockBytes);
-    if (lower->Read(Key(chain, 0), below).ok()) {
-      EXPECT_EQ(below, Payload(chain, 0)) << "chain " << chain;
+    if (lower->Read(kChainData.Key(chain, 0), below).ok()) {
+      EXPECT_EQ(below, kChainData.Payload(chain, 0)) << "chain " << chain;
     }
-    (void)GetChain(*store, chain, 1);  // fails the test on a wrong byte
+    (void)kChainData.Get(*store, chain, 1);  // fails the test on a wrong byte
   }
 }
 

@@ -97,17 +97,20 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
     }
     Result<bool> stored = true;
     if (action == PutAction::kRepersist) stored = Repersist(p, i, meta);
-    if (action == PutAction::kNew && shared_tier < 0) stored = StoreNew(p, i, meta, b, result, putting.keys);
-    if (action == PutAction::kNew && shared_tier >= 0) {
-      // Published too: the payload may be a client's shared segment, still being written, so
-      // this node and the pool get the same bytes, read from it once.
-      std::vector<std::byte> once(p.payload.begin(), p.payload.end());
-      BlockPut copy = p;
-      copy.payload = once;
-      stored = StoreNew(copy, i, meta, b, result, putting.keys);
-      if (stored.ok() && *stored && options.publish_in_background) {
+    if (action == PutAction::kNew) {
+      // The payload may be a client's shared segment, still being written: when two tiers get
+      // a copy (write-through into a persist tier below a faster one, or a publish to the
+      // shared tier), they must get the same bytes, so they are read from it once.
+      std::vector<std::byte> once;
+      BlockPut put = p;
+      if (!p.payload.empty() && (shared_tier >= 0 || (write_through() && persist_tier > 0))) {
+        once.assign(p.payload.begin(), p.payload.end());
+        put.payload = once;
+      }
+      stored = StoreNew(put, i, meta, b, result, putting.keys);
+      if (stored.ok() && *stored && shared_tier >= 0 && options.publish_in_background) {
         Schedule([this, key = p.key, once = std::move(once), meta, sum = p.checksum] { Publish(key, once, meta, sum); });
-      } else if (stored.ok() && *stored) {
+      } else if (stored.ok() && *stored && shared_tier >= 0) {
         Publish(p.key, once, meta, p.checksum);
       }
     }
@@ -194,17 +197,9 @@ Result<bool> TieredStore::Impl::StoreNew(const BlockPut& p, std::size_t i, const
   // a faster tier that admits it; the block is stored once the persist tier holds it.
   Result<int> placed = -1;
   Status persisted = Status::Ok();
-  if (write_through()) {
-    // The payload may be a client's shared segment, still being written: the persist tier and
-    // a faster tier must get the same bytes, so they are read from it once.
-    std::vector<std::byte> once;
-    std::span<const std::byte> payload = p.payload;
-    if (persist_tier > 0 && !payload.empty()) {
-      once.assign(payload.begin(), payload.end());
-      payload = once;
-    }
-    persisted = Persist(p.key, payload, meta.size_bytes, p.checksum);
-    if (persisted.ok()) placed = Place(p.key, meta, b, payload, persist_tier, p.checksum);
+  if (write_through()) {  // p.payload is a private copy when two tiers get it (Put)
+    persisted = Persist(p.key, p.payload, meta.size_bytes, p.checksum);
+    if (persisted.ok()) placed = Place(p.key, meta, b, p.payload, persist_tier, p.checksum);
   } else {
     placed = Place(p.key, meta, b, p.payload, last_tier() + 1, p.checksum);
   }

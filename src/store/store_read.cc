@@ -131,7 +131,7 @@ std::vector<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadBa
     std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
     std::vector<std::pair<int, BlockKey>>& evict) {
   std::vector<std::optional<ReadHit>> hits;
-  if (options.metadata_only) return hits;
+  if (options.metadata_only || networked == 0) return hits;  // nothing to batch: no extra pass
   struct Planned {
     std::size_t i;
     int tier;
@@ -146,9 +146,7 @@ std::vector<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadBa
       if (!info || info->meta.tiers == 0 || info->parent != previous || outs[i].size() < info->meta.size_bytes) break;
       const int t = FastestTier(info->meta.tiers);
       auto it = blocks.find(keys[i]);
-      const TierKind kind = tier_state(t).stats.kind;
-      if (t > 0 && (kind == TierKind::kRemotePool || kind == TierKind::kParallelFs) && it != blocks.end() &&
-          !SplitIn(it->second, t)) {
+      if (t > 0 && (networked & (1u << t)) && it != blocks.end() && !SplitIn(it->second, t)) {
         planned.push_back({i, t, info->meta.size_bytes});
       }
       previous = keys[i];

@@ -18,6 +18,8 @@ constexpr std::size_t kMaxCardsPerLookup = 4096;
 
 Status TieredStore::Impl::FindSharedTier() {
   for (int t = 0; t <= last_tier(); ++t) {
+    const TierKind kind = tier_state(t).stats.kind;
+    if (kind == TierKind::kRemotePool || kind == TierKind::kParallelFs) networked |= static_cast<TierMask>(1u << t);
     if (!tier_state(t).tier->shared()) continue;
     if (shared_tier >= 0) {
       return Status::InvalidArgument("store: tiers '" + tier_state(shared_tier).stats.name + "' and '" +

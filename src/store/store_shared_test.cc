@@ -20,43 +20,7 @@ using testing::RedisServers;
 
 constexpr uint32_t kBlockBytes = 64 << 10;
 
-BlockKey Key(uint64_t chain, uint64_t i) { return {chain * 0x9E3779B97F4A7C15ull + 11, i + 1}; }
-
-std::vector<std::byte> Payload(uint64_t chain, uint64_t i) {
-  std::vector<std::byte> bytes(kBlockBytes);
-  for (std::size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<std::byte>((k * 13 + chain * 7 + i * 3) & 0xff);
-  return bytes;
-}
-
-std::vector<BlockKey> ChainKeys(uint64_t chain, uint64_t n) {
-  std::vector<BlockKey> keys;
-  for (uint64_t i = 0; i < n; ++i) keys.push_back(Key(chain, i));
-  return keys;
-}
-
-Status PutChain(TieredStore& store, uint64_t chain, uint64_t n) {
-  std::vector<std::vector<std::byte>> payloads;
-  std::vector<BlockPut> puts;
-  for (uint64_t i = 0; i < n; ++i) payloads.push_back(Payload(chain, i));
-  for (uint64_t i = 0; i < n; ++i) puts.push_back({.key = Key(chain, i), .payload = payloads[i], .tokens = 16});
-  return store.Put(puts).status();
-}
-
-// The blocks of the chain's prefix that read back; a wrong byte fails the test.
-std::size_t GetChain(TieredStore& store, uint64_t chain, uint64_t n) {
-  std::vector<std::vector<std::byte>> buffers(n, std::vector<std::byte>(kBlockBytes));
-  std::vector<std::span<std::byte>> outs(buffers.begin(), buffers.end());
-  Result<std::size_t> read = store.Get(ChainKeys(chain, n), outs);
-  EXPECT_TRUE(read.ok()) << read.status().ToString();
-  if (!read.ok()) return 0;
-  for (std::size_t i = 0; i < *read; ++i) {
-    if (buffers[i] != Payload(chain, i)) {
-      ADD_FAILURE() << "chain " << chain << " block " << i << " has wrong bytes";
-      return i;
-    }
-  }
-  return *read;
-}
+const testing::TestChains kChainData(kBlockBytes);
 
 class SharedPool : public ::testing::Test {
  protected:
@@ -95,51 +59,51 @@ class SharedPool : public ::testing::Test {
 TEST_F(SharedPool, ANodeFindsAndReadsWhatAnotherPut) {
   auto a = Node(), b = Node();
   ASSERT_TRUE(a && b);
-  for (uint64_t chain = 0; chain < 10; ++chain) ASSERT_TRUE(PutChain(*a, chain, 8).ok());
+  for (uint64_t chain = 0; chain < 10; ++chain) ASSERT_TRUE(kChainData.Put(*a, chain, 8).ok());
   for (uint64_t chain = 0; chain < 10; ++chain) {
-    const std::vector<BlockKey> keys = ChainKeys(chain, 8);
+    const std::vector<BlockKey> keys = kChainData.Keys(chain, 8);
     EXPECT_EQ(b->Lookup(keys).prefix_blocks, 8u) << chain;
-    EXPECT_EQ(GetChain(*b, chain, 8), 8u) << chain;
+    EXPECT_EQ(kChainData.Get(*b, chain, 8), 8u) << chain;
   }
   EXPECT_EQ(b->GetStats().shared_found_blocks, 80u);
   // A chain B extends past what A put: B finds A's part, then stores its own.
-  const std::vector<BlockKey> longer = ChainKeys(3, 12);
+  const std::vector<BlockKey> longer = kChainData.Keys(3, 12);
   EXPECT_EQ(b->Lookup(longer).prefix_blocks, 8u);
-  ASSERT_TRUE(PutChain(*b, 3, 12).ok());
+  ASSERT_TRUE(kChainData.Put(*b, 3, 12).ok());
   EXPECT_EQ(a->Lookup(longer).prefix_blocks, 12u) << "A finds the blocks B added to its chain";
-  EXPECT_EQ(GetChain(*a, 3, 12), 12u);
+  EXPECT_EQ(kChainData.Get(*a, 3, 12), 12u);
 }
 
 TEST_F(SharedPool, BackgroundPublishingReachesThePoolAfterTheReply) {
   auto a = Node(64u << 20, true, StoreOptions{.publish_in_background = true}), b = Node();
   ASSERT_TRUE(a && b);
-  for (uint64_t chain = 0; chain < 6; ++chain) ASSERT_TRUE(PutChain(*a, chain, 8).ok());
+  for (uint64_t chain = 0; chain < 6; ++chain) ASSERT_TRUE(kChainData.Put(*a, chain, 8).ok());
   a->Drain();  // the movers have published every block
-  for (uint64_t chain = 0; chain < 6; ++chain) EXPECT_EQ(GetChain(*b, chain, 8), 8u) << "Get alone finds it";
+  for (uint64_t chain = 0; chain < 6; ++chain) EXPECT_EQ(kChainData.Get(*b, chain, 8), 8u) << "Get alone finds it";
   EXPECT_EQ(a->GetStats().shared_publish_failures, 0u);
 }
 
 TEST_F(SharedPool, ANodesDropDoesNotDeleteWhatOthersList) {
   auto a = Node(), b = Node(/*pool_bytes=*/1u << 20);  // B's share holds 16 blocks
   ASSERT_TRUE(a && b);
-  for (uint64_t chain = 0; chain < 8; ++chain) ASSERT_TRUE(PutChain(*a, chain, 8).ok());
-  for (uint64_t chain = 0; chain < 8; ++chain) EXPECT_EQ(b->Lookup(ChainKeys(chain, 8)).prefix_blocks, 8u);
+  for (uint64_t chain = 0; chain < 8; ++chain) ASSERT_TRUE(kChainData.Put(*a, chain, 8).ok());
+  for (uint64_t chain = 0; chain < 8; ++chain) EXPECT_EQ(b->Lookup(kChainData.Keys(chain, 8)).prefix_blocks, 8u);
   b->Drain();
   EXPECT_LE(b->GetStats().tiers[1].used_bytes, 1u << 20) << "B's share of the pool is its capacity";
-  for (uint64_t chain = 0; chain < 8; ++chain) EXPECT_EQ(GetChain(*a, chain, 8), 8u) << chain;
+  for (uint64_t chain = 0; chain < 8; ++chain) EXPECT_EQ(kChainData.Get(*a, chain, 8), 8u) << chain;
 }
 
 TEST_F(SharedPool, ABlockThePoolLostIsAMissNeverWrongBytes) {
   auto a = Node(), b = Node();
   ASSERT_TRUE(a && b);
-  ASSERT_TRUE(PutChain(*a, 1, 6).ok());
-  ASSERT_EQ(b->Lookup(ChainKeys(1, 6)).prefix_blocks, 6u);
+  ASSERT_TRUE(kChainData.Put(*a, 1, 6).ok());
+  ASSERT_EQ(b->Lookup(kChainData.Keys(1, 6)).prefix_blocks, 6u);
   // The pool evicts block 3 (maxmemory, a TTL, a flush): B reads the prefix before it.
-  ASSERT_TRUE(servers_->Command(0, {"DEL", "kvtier-shared:" + Key(1, 3).ToHex()}).ok());
-  EXPECT_EQ(GetChain(*b, 1, 6), 3u);
+  ASSERT_TRUE(servers_->Command(0, {"DEL", "kvtier-shared:" + kChainData.Key(1, 3).ToHex()}).ok());
+  EXPECT_EQ(kChainData.Get(*b, 1, 6), 3u);
   EXPECT_GE(b->GetStats().vanished_copies, 1u);
-  EXPECT_EQ(b->Lookup(ChainKeys(1, 6)).prefix_blocks, 3u) << "no stale hit after the miss";
-  ASSERT_TRUE(PutChain(*a, 1, 6).ok());  // present in A: put again only if A lost it too
+  EXPECT_EQ(b->Lookup(kChainData.Keys(1, 6)).prefix_blocks, 3u) << "no stale hit after the miss";
+  ASSERT_TRUE(kChainData.Put(*a, 1, 6).ok());  // present in A: put again only if A lost it too
 }
 
 // Reads from the pool go in one batch per chain; a damaged value in the batch is refused and
@@ -147,14 +111,14 @@ TEST_F(SharedPool, ABlockThePoolLostIsAMissNeverWrongBytes) {
 TEST_F(SharedPool, ADamagedBlockInABatchedReadIsNeverReturned) {
   auto a = Node(), b = Node();
   ASSERT_TRUE(a && b);
-  ASSERT_TRUE(PutChain(*a, 4, 6).ok());
-  const std::string value_key = "kvtier-shared:" + Key(4, 2).ToHex();
+  ASSERT_TRUE(kChainData.Put(*a, 4, 6).ok());
+  const std::string value_key = "kvtier-shared:" + kChainData.Key(4, 2).ToHex();
   Result<RedisReply> value = servers_->Command(0, {"GET", value_key});
   ASSERT_TRUE(value.ok() && (*value)->type == REDIS_REPLY_STRING);
   std::string damaged((*value)->str, (*value)->len);
   damaged[damaged.size() / 2] = static_cast<char>(damaged[damaged.size() / 2] ^ 0x20);
   ASSERT_TRUE(servers_->Command(0, {"SET", value_key, damaged}).ok());
-  EXPECT_EQ(GetChain(*b, 4, 6), 2u);
+  EXPECT_EQ(kChainData.Get(*b, 4, 6), 2u);
   EXPECT_EQ(b->GetStats().corrupt_blocks, 1u);
   EXPECT_EQ(b->GetStats().tiers[1].hits, 2u) << "blocks 0 and 1, read in one batch";
 }
@@ -162,18 +126,18 @@ TEST_F(SharedPool, ADamagedBlockInABatchedReadIsNeverReturned) {
 TEST_F(SharedPool, CardsThatDoNotContinueTheChainAreNotTrusted) {
   auto a = Node(), b = Node();
   ASSERT_TRUE(a && b);
-  ASSERT_TRUE(PutChain(*a, 2, 4).ok());
+  ASSERT_TRUE(kChainData.Put(*a, 2, 4).ok());
   // B asks for blocks 1..3 without block 0: their cards name a parent the chain lacks.
-  const std::vector<BlockKey> keys = ChainKeys(2, 4);
+  const std::vector<BlockKey> keys = kChainData.Keys(2, 4);
   EXPECT_EQ(b->Lookup(std::span(keys).subspan(1)).prefix_blocks, 0u);
   // A card overwritten with another block's card is refused, and the chain stops there.
-  Result<RedisReply> other = servers_->Command(0, {"GET", "kvtier-shared:" + CardKey(Key(2, 0)).ToHex()});
+  Result<RedisReply> other = servers_->Command(0, {"GET", "kvtier-shared:" + CardKey(kChainData.Key(2, 0)).ToHex()});
   ASSERT_TRUE(other.ok() && (*other)->type == REDIS_REPLY_STRING);
-  ASSERT_TRUE(servers_->Command(0, {"SET", "kvtier-shared:" + CardKey(Key(2, 2)).ToHex(),
+  ASSERT_TRUE(servers_->Command(0, {"SET", "kvtier-shared:" + CardKey(kChainData.Key(2, 2)).ToHex(),
                                     std::string((*other)->str, (*other)->len)})
                   .ok());
   EXPECT_EQ(b->Lookup(keys).prefix_blocks, 2u);
-  EXPECT_EQ(GetChain(*b, 2, 4), 2u);
+  EXPECT_EQ(kChainData.Get(*b, 2, 4), 2u);
 }
 
 // One node puts while another reads the same chains from the pool: every read is a prefix of
@@ -185,7 +149,7 @@ TEST_F(SharedPool, ReadsRacingAnotherNodesPutsAreNeverWrong) {
   std::atomic<uint64_t> put{0};
   std::thread writer([&] {
     for (uint64_t chain = 0; chain < kChains; ++chain) {
-      EXPECT_TRUE(PutChain(*a, chain, 4).ok());
+      EXPECT_TRUE(kChainData.Put(*a, chain, 4).ok());
       put = chain + 1;
     }
   });
@@ -193,27 +157,27 @@ TEST_F(SharedPool, ReadsRacingAnotherNodesPutsAreNeverWrong) {
   for (uint64_t round = 0; round < 3 * kChains; ++round) {
     const uint64_t chain = round % kChains;
     const bool done = chain < put;
-    const std::size_t read = GetChain(*b, chain, 4);  // fails the test on a wrong byte
+    const std::size_t read = kChainData.Get(*b, chain, 4);  // fails the test on a wrong byte
     if (done && read == 4) ++full;
   }
   writer.join();
   // B's share (32 blocks) churns: a block it just found may be dropped by a mover before it
   // is read (a last tier keeps a chain's interior blocks and drops leaves). What it finds it
   // finds whole: every chain is in the pool, under its cards.
-  for (uint64_t chain = 0; chain < kChains; ++chain) EXPECT_EQ(b->Lookup(ChainKeys(chain, 4)).prefix_blocks, 4u);
+  for (uint64_t chain = 0; chain < kChains; ++chain) EXPECT_EQ(b->Lookup(kChainData.Keys(chain, 4)).prefix_blocks, 4u);
   EXPECT_GT(full, 0u);
 }
 
 TEST_F(SharedPool, NodesWithoutSharingKeepToThemselves) {
   auto a = Node(64u << 20, /*shared=*/false), b = Node(64u << 20, /*shared=*/false);
   ASSERT_TRUE(a && b);
-  ASSERT_TRUE(PutChain(*a, 5, 4).ok());
-  EXPECT_EQ(b->Lookup(ChainKeys(5, 4)).prefix_blocks, 0u);
+  ASSERT_TRUE(kChainData.Put(*a, 5, 4).ok());
+  EXPECT_EQ(b->Lookup(kChainData.Keys(5, 4)).prefix_blocks, 0u);
 }
 
 TEST(SharedCard, RoundTripsAndRefusesDamage) {
-  const BlockCard card{.key = Key(9, 2),
-                       .parent = Key(9, 1),
+  const BlockCard card{.key = kChainData.Key(9, 2),
+                       .parent = kChainData.Key(9, 1),
                        .bytes = 4096,
                        .tokens = 16,
                        .type = BlockType::kToolContext,
@@ -229,7 +193,7 @@ TEST(SharedCard, RoundTripsAndRefusesDamage) {
   EXPECT_EQ(back->type, BlockType::kToolContext);
   EXPECT_EQ(back->transition, TransitionType::kAgentHandoff);
   EXPECT_EQ(back->recompute_seconds, 0.25);
-  const std::optional<BlockCard> root = DecodeBlockCard(EncodeBlockCard({.key = Key(9, 0), .bytes = 1}));
+  const std::optional<BlockCard> root = DecodeBlockCard(EncodeBlockCard({.key = kChainData.Key(9, 0), .bytes = 1}));
   ASSERT_TRUE(root.has_value());
   EXPECT_FALSE(root->parent.has_value());
   for (std::size_t at : {0u, 8u, 20u, 48u, 57u, 79u}) {

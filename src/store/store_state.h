@@ -101,8 +101,10 @@ struct TieredStore::Impl {
   int persist_tier = -1;
   TierMask durable = 0;
   std::unique_ptr<BlockJournal> journal;
-  // The tier other nodes share (Tier::shared), -1 without: set in Open.
+  // The tier other nodes share (Tier::shared), -1 without; the networked tiers (remote pool,
+  // parallel FS), whose blocks a Get reads in batches (ReadBatchedFromBelow). Set in Open.
   int shared_tier = -1;
+  TierMask networked = 0;
 
   std::condition_variable move_done_;  // with mu_: a block's mover let it go (EndMoveLocked)
   // Evictions a tier refused (a remote pool that is down), retried by KickRebalances until
@@ -301,7 +303,8 @@ struct TieredStore::Impl {
                         const PutResult& so_far, std::vector<BlockKey>& pinned);
 
   // --- Sharing a tier with other nodes (store_shared.cc, docs/cluster.md) ----------------
-  // Sets shared_tier: at most one tier may be shared, and not in a metadata-only store.
+  // Sets `networked` and shared_tier: at most one tier may be shared, and not in a
+  // metadata-only store.
   Status FindSharedTier();
   // Writes the cards of blocks just written into the shared tier (`written`: their keys).
   void WriteCards(std::span<const BlockKey> written);

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,5 +39,53 @@ inline std::unique_ptr<TieredStore> DramOnlyStore(uint64_t capacity_bytes) {
   EXPECT_TRUE(store.ok()) << store.status().ToString();
   return store.ok() ? std::move(*store) : nullptr;
 }
+
+// Chains of blocks with known contents, for tests that put them and read them back: chain c's
+// block i is Key(c, i), under Key(c, i - 1), holding Payload(c, i).
+class TestChains {
+ public:
+  explicit TestChains(uint32_t block_bytes) : block_bytes_(block_bytes) {}
+
+  static BlockKey Key(uint64_t chain, uint64_t i) { return {chain * 0x9E3779B97F4A7C15ull + 3, i + 1}; }
+  static std::vector<BlockKey> Keys(uint64_t chain, uint64_t n) {
+    std::vector<BlockKey> keys;
+    for (uint64_t i = 0; i < n; ++i) keys.push_back(Key(chain, i));
+    return keys;
+  }
+  std::vector<std::byte> Payload(uint64_t chain, uint64_t i) const {
+    std::vector<std::byte> bytes(block_bytes_);
+    for (std::size_t k = 0; k < bytes.size(); ++k) {
+      bytes[k] = static_cast<std::byte>((k * 29 + chain * 5 + i * 11) & 0xff);
+    }
+    return bytes;
+  }
+
+  Result<PutResult> Put(TieredStore& store, uint64_t chain, uint64_t n) const {
+    std::vector<std::vector<std::byte>> payloads;
+    std::vector<BlockPut> puts;
+    for (uint64_t i = 0; i < n; ++i) payloads.push_back(Payload(chain, i));
+    for (uint64_t i = 0; i < n; ++i) puts.push_back({.key = Key(chain, i), .payload = payloads[i], .tokens = 16});
+    return store.Put(puts);
+  }
+
+  // The blocks of the chain's stored prefix that read back; a wrong byte fails the test.
+  std::size_t Get(TieredStore& store, uint64_t chain, uint64_t n) const {
+    std::vector<std::vector<std::byte>> buffers(n, std::vector<std::byte>(block_bytes_));
+    std::vector<std::span<std::byte>> outs(buffers.begin(), buffers.end());
+    Result<std::size_t> read = store.Get(Keys(chain, n), outs);
+    EXPECT_TRUE(read.ok()) << read.status().ToString();
+    if (!read.ok()) return 0;
+    for (std::size_t i = 0; i < *read; ++i) {
+      if (buffers[i] != Payload(chain, i)) {
+        ADD_FAILURE() << "chain " << chain << " block " << i << " has wrong bytes";
+        return i;
+      }
+    }
+    return *read;
+  }
+
+ private:
+  uint32_t block_bytes_;
+};
 
 }  // namespace kvtier::testing
