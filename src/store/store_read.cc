@@ -12,21 +12,24 @@ constexpr int kReadAttempts = 4;  // a read racing a move retries at the new pla
 }  // namespace
 
 LookupResult TieredStore::Impl::Lookup(std::span<const BlockKey> keys) {
-  std::unique_lock lock(mu_);
-  LookupResult result = LookupIndexedLocked(keys);
+  LookupResult result;
+  {
+    std::shared_lock lock(mu_);
+    result = LookupIndexedLocked(keys);
+  }
   std::size_t found = 0;
   if (shared_tier >= 0 && result.prefix_blocks < keys.size()) {
     // The rest of the chain may be in the shared tier, put by another node.
-    lock.unlock();
     found = IndexSharedBlocks(keys, result.prefix_blocks);
-    lock.lock();
-    if (found > 0) result = LookupIndexedLocked(keys);
+    if (found > 0) {
+      std::shared_lock lock(mu_);
+      result = LookupIndexedLocked(keys);
+    }
   }
-  ++stats.lookups;
-  stats.lookup_blocks += keys.size();
-  stats.lookup_hit_blocks += result.prefix_blocks;
-  if (result.load_blocks < result.prefix_blocks) ++stats.recompute_preferred;
-  lock.unlock();
+  read_counters.lookups.fetch_add(1, std::memory_order_relaxed);
+  read_counters.lookup_blocks.fetch_add(keys.size(), std::memory_order_relaxed);
+  read_counters.lookup_hit_blocks.fetch_add(result.prefix_blocks, std::memory_order_relaxed);
+  if (result.load_blocks < result.prefix_blocks) read_counters.recompute_preferred.fetch_add(1, std::memory_order_relaxed);
   if (found > 0) KickRebalances();  // this node's share of the pool may be over its watermark now
   return result;
 }
@@ -75,7 +78,7 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
   if (shared_tier >= 0) {  // as Lookup: the rest of the chain may be in the shared tier
     std::size_t indexed = 0;
     {
-      std::lock_guard lock(mu_);
+      std::shared_lock lock(mu_);
       indexed = LookupIndexedLocked(keys).prefix_blocks;
     }
     if (indexed < keys.size()) (void)IndexSharedBlocks(keys, indexed);
@@ -83,21 +86,20 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
   std::size_t read = 0;
   std::vector<BlockKey> from_below;               // promoted once the request has its bytes
   std::vector<std::pair<int, BlockKey>> evict;  // copies found corrupt or lost, evicted after the reads
+  std::vector<ReadHit> hits;                      // recorded together once the chain is read
   const std::vector<std::optional<ReadHit>> batched = ReadBatchedFromBelow(keys, outs, evict);
   std::size_t prefetched_until = batched.size();  // those are read already: nothing to prefetch
   std::optional<BlockKey> previous;
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const std::span<std::byte> out = options.metadata_only ? std::span<std::byte>() : outs[i];
     std::optional<ReadHit> hit = i < batched.size() ? batched[i] : std::nullopt;
-    if (hit) {
-      std::lock_guard lock(mu_);
-      RecordHitLocked(keys[i], hit->tier, transition, /*gathered=*/false);
-    } else {
-      KVTIER_ASSIGN_OR_RETURN(hit, ReadForGet(keys[i], i, previous, out, transition, evict));
+    if (!hit) {
+      KVTIER_ASSIGN_OR_RETURN(hit, ReadForGet(keys[i], i, previous, out, evict));
     }
     if (!hit) break;
     if (!sizes.empty()) sizes[i] = hit->bytes;
     if (!checksums.empty()) checksums[i] = hit->checksum;
+    hits.push_back(*hit);
     ++read;
     previous = keys[i];
     if (hit->tier == 0) continue;
@@ -115,7 +117,10 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
     }
   }
   {
+    // One exclusive section for the chain, not one per block: the policies learn of the hits
+    // in the chain's order, a moment later than the reads.
     std::lock_guard lock(mu_);
+    for (std::size_t i = 0; i < hits.size(); ++i) RecordHitLocked(keys[i], hits[i].tier, transition, hits[i].gathered);
     ++stats.gets;
     stats.get_blocks += read;
     if (read < keys.size()) ++stats.get_misses;
@@ -139,7 +144,7 @@ std::vector<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadBa
   };
   std::vector<Planned> planned;
   {
-    std::lock_guard lock(mu_);
+    std::shared_lock lock(mu_);
     std::optional<BlockKey> previous;
     for (std::size_t i = 0; i < keys.size(); ++i) {
       const std::optional<BlockInfo> info = index.Find(keys[i]);
@@ -164,12 +169,12 @@ std::vector<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadBa
     }
     if (ops.size() < 2) continue;  // one block: ReadForGet's own read is as fast
     const std::vector<Result<std::size_t>> done = tier_state(t).tier->ReadBatch(ops);
-    std::lock_guard lock(mu_);
     for (std::size_t k = 0; k < ops.size(); ++k) {
       const Planned& p = planned[which[k]];
       if (done[k].ok() && *done[k] == p.bytes) {
         hits[p.i] = ReadHit{.tier = t, .bytes = p.bytes, .checksum = checksums[which[k]]};
       } else if (!done[k].ok() && done[k].status().code() == StatusCode::kCorruption) {
+        std::lock_guard lock(mu_);
         ++stats.corrupt_blocks;
         DropCopyLocked(ops[k].key, t, evict);  // ReadForGet then reads the next copy
       }
@@ -181,7 +186,7 @@ std::vector<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadBa
 
 Result<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadForGet(
     const BlockKey& key, std::size_t i, const std::optional<BlockKey>& previous, std::span<std::byte> out,
-    TransitionType transition, std::vector<std::pair<int, BlockKey>>& evict) {
+    std::vector<std::pair<int, BlockKey>>& evict) {
   const std::optional<ReadHit> miss;
   for (int attempt = 0; attempt < kReadAttempts; ++attempt) {
     int t = -1;
@@ -189,7 +194,7 @@ Result<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadForGet(
     uint64_t placement = 0;
     std::optional<Block::Split> split;
     {
-      std::lock_guard lock(mu_);
+      std::shared_lock lock(mu_);
       const std::optional<BlockInfo> info = index.Find(key);
       if (!info || info->meta.tiers == 0 || info->parent != previous) return miss;
       if (!options.metadata_only && out.size() < info->meta.size_bytes) {
@@ -206,11 +211,11 @@ Result<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadForGet(
     }
     uint64_t checksum = 0;
     const Status n = ReadGathered(key, t, split, options.metadata_only ? out : out.first(size), &checksum);
-    std::lock_guard lock(mu_);
     if (n.ok()) {
-      RecordHitLocked(key, t, transition, split.has_value());
-      return std::optional<ReadHit>(ReadHit{.tier = t, .bytes = size, .checksum = checksum});
+      return std::optional<ReadHit>(
+          ReadHit{.tier = t, .bytes = size, .checksum = checksum, .gathered = split.has_value()});
     }
+    std::lock_guard lock(mu_);
     if (n.code() == StatusCode::kCorruption) {
       ++stats.corrupt_blocks;
       DropCopyLocked(key, t, evict);  // and try the next copy

@@ -12,15 +12,22 @@
 // prefetch marks, recompute cost).
 //
 // Locking. `mu_` guards the index, `blocks`, `stats` and `tiers` (all of each TierState but
-// its `tier`, which is thread-safe itself and set only in Open). The index and `blocks` change
-// only under `mu_`, so they always agree; the index's own lock is then uncontended. Methods
-// whose names end in `Locked` need `mu_` held; every other method takes it when it needs it
-// and is called with it released. No tier I/O and no journal call runs under `mu_` (a tier
+// its `tier`, which is thread-safe itself and set only in Open). It is a reader-writer lock
+// (util/rw_mutex.h): what only reads them takes it shared, so lookups and the planning half
+// of reads run side by side (Lookup, LookupIndexedLocked, ReadForGet's look, the batched
+// read's plan, GetStats); everything that changes them takes it exclusively. The index and
+// `blocks` change only under the exclusive lock, so they always agree; the index's own lock
+// is then never contended by a writer. `read_counters` are atomics, counted under the shared
+// lock. Methods whose names end in `Locked` need `mu_` held (exclusively, unless they say
+// "shared is enough"); every other method takes it when it needs it and is called with it
+// released. It is never taken twice by one thread, in either mode. No tier I/O and no journal call runs under `mu_` (a tier
 // may be slow; the journal has its own lock): a method reads what it needs under the lock,
 // marks the block `moving` when it moves or copies it (so no mover picks it as well), does
 // the I/O with the lock released, and takes the lock again to record the outcome, checking
 // that the block is still there (BeginMoveLocked / EndMoveLocked). A Put that must write a
-// block a mover holds waits on `move_done_` (with `mu_`) until the mover lets it go.
+// block a mover holds waits on `move_done_` (with `mu_` exclusive) until the mover lets it go.
+// A Get reads its blocks first and records their hits (policy touches) at the end, under one
+// exclusive lock for the whole chain.
 // `flight_mu_` guards `in_flight` only and is never held together with `mu_`.
 // `prefetch_window`, `movers` and `journal` are thread-safe themselves.
 #pragma once
@@ -34,6 +41,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <span>
 #include <unordered_map>
 #include <utility>
@@ -44,6 +52,7 @@
 #include "store/block_journal.h"
 #include "store/expected_reads.h"
 #include "store/shared_card.h"
+#include "util/rw_mutex.h"
 #include "util/task_pool.h"
 
 namespace kvtier {
@@ -85,7 +94,12 @@ struct TieredStore::Impl {
   std::shared_ptr<ReusePredictor> predictor;
   std::function<double()> clock;
 
-  mutable std::mutex mu_;
+  mutable RwMutex mu_;
+  // The counters that Lookup, which holds `mu_` shared, adds to; GetStats folds them into `stats`.
+  struct ReadCounters {
+    std::atomic<uint64_t> lookups{0}, lookup_blocks{0}, lookup_hit_blocks{0}, recompute_preferred{0};
+  };
+  ReadCounters read_counters;
   PrefixIndex index;                                         // mutated only under mu_
   std::unordered_map<BlockKey, Block, BlockKeyHash> blocks;  // GUARDED_BY(mu_)
   std::vector<TierState> tiers;                              // GUARDED_BY(mu_) except `tier`
@@ -106,7 +120,7 @@ struct TieredStore::Impl {
   int shared_tier = -1;
   TierMask networked = 0;
 
-  std::condition_variable move_done_;  // with mu_: a block's mover let it go (EndMoveLocked)
+  std::condition_variable_any move_done_;  // with mu_ exclusive: a block's mover let it go (EndMoveLocked)
   // Evictions a tier refused (a remote pool that is down), retried by KickRebalances until
   // they succeed; a write of the block into that tier cancels its entry. GUARDED_BY(mu_).
   std::unordered_map<BlockKey, TierMask, BlockKeyHash> pending_evictions;
@@ -321,6 +335,7 @@ struct TieredStore::Impl {
   // --- The read path (store_read.cc) ------------------------------------------------------
   LookupResult Lookup(std::span<const BlockKey> keys);
   // The longest stored prefix of `keys` the index lists, without counting it in the stats.
+  // Shared is enough.
   LookupResult LookupIndexedLocked(std::span<const BlockKey> keys);
   Result<std::size_t> Get(std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
                           TransitionType transition, std::span<std::size_t> sizes, std::span<uint64_t> checksums);
@@ -328,24 +343,23 @@ struct TieredStore::Impl {
   // `out` from the fastest tier holding it, retrying when a move takes it meanwhile. The copy
   // of a tier that finds it corrupt, or no longer has it though no move took it, is forgotten
   // (and added to `evict`, to be evicted once `mu_` is released) and the next copy read.
-  // nullopt: a miss.
+  // nullopt: a miss. A hit is not recorded here: Get records its chain's hits together.
   struct ReadHit {
     int tier = -1;
     std::size_t bytes = 0;
     uint64_t checksum = 0;  // what the bytes read matched (0 in a metadata-only store)
+    bool gathered = false;  // from a split copy, its two parts
   };
   // Get's first step: the blocks of the chain's indexed prefix that networked tiers (a remote
   // pool, a parallel FS) hold, read in one ReadBatch per tier: a remote pool answers in one
   // round trip per node, not one per block, which no prefetch overlap makes up for. Local
   // tiers keep the block-by-block reads with the RoPE prefetch window ahead of them. A hit
-  // here is recorded by Get once its read reaches it; any other outcome is left to
-  // ReadForGet. Sized to the last block it tried (empty in a metadata-only store).
+  // here counts once Get's loop reaches it; any other outcome is left to ReadForGet. Sized to the last block it tried (empty in a metadata-only store).
   std::vector<std::optional<ReadHit>> ReadBatchedFromBelow(std::span<const BlockKey> keys,
                                                            std::span<const std::span<std::byte>> outs,
                                                            std::vector<std::pair<int, BlockKey>>& evict);
   Result<std::optional<ReadHit>> ReadForGet(const BlockKey& key, std::size_t i, const std::optional<BlockKey>& previous,
-                                            std::span<std::byte> out, TransitionType transition,
-                                            std::vector<std::pair<int, BlockKey>>& evict);
+                                            std::span<std::byte> out, std::vector<std::pair<int, BlockKey>>& evict);
   // Counts a read from tier `t` (`gathered`: from a split copy) and touches the block.
   void RecordHitLocked(const BlockKey& key, int t, TransitionType transition, bool gathered);
   // Reads a block from tier `t`, gathering its parts when its copy there is split (`split`,

@@ -3,6 +3,7 @@
 #include <bit>
 #include <chrono>
 
+
 #include "store/store_state.h"
 
 namespace kvtier {
@@ -217,8 +218,12 @@ StoreStats TieredStore::GetStats() const {
   const uint64_t journal_records = s.journal ? s.journal->records() : 0;
   std::vector<uint64_t> evict_failures;  // the tiers' own counters, read without `mu_`
   for (const Impl::TierState& ts : s.tiers) evict_failures.push_back(ts.tier->GetStats().evict_failures);
-  std::lock_guard lock(s.mu_);
+  std::shared_lock lock(s.mu_);
   StoreStats out = s.stats;
+  out.lookups = s.read_counters.lookups.load(std::memory_order_relaxed);
+  out.lookup_blocks = s.read_counters.lookup_blocks.load(std::memory_order_relaxed);
+  out.lookup_hit_blocks = s.read_counters.lookup_hit_blocks.load(std::memory_order_relaxed);
+  out.recompute_preferred = s.read_counters.recompute_preferred.load(std::memory_order_relaxed);
   out.journal_records = journal_records;
   for (const Impl::TierState& ts : s.tiers) {
     StoreTierStats t = ts.stats;
