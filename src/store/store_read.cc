@@ -75,26 +75,25 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
   if (!checksums.empty() && checksums.size() < keys.size()) {
     return Status::InvalidArgument("store: Get needs one checksum slot per key");
   }
-  if (shared_tier >= 0) {  // as Lookup: the rest of the chain may be in the shared tier
-    std::size_t indexed = 0;
-    {
-      std::shared_lock lock(mu_);
-      indexed = LookupIndexedLocked(keys).prefix_blocks;
-    }
-    if (indexed < keys.size()) (void)IndexSharedBlocks(keys, indexed);
+  std::vector<PlannedRead> plan = PlanReads(keys);
+  if (shared_tier >= 0 && plan.size() < keys.size()) {
+    // As Lookup: the rest of the chain may be in the shared tier, put by another node.
+    if (IndexSharedBlocks(keys, plan.size()) > 0) plan = PlanReads(keys);
   }
   std::size_t read = 0;
   std::vector<BlockKey> from_below;               // promoted once the request has its bytes
   std::vector<std::pair<int, BlockKey>> evict;  // copies found corrupt or lost, evicted after the reads
   std::vector<ReadHit> hits;                      // recorded together once the chain is read
-  const std::vector<std::optional<ReadHit>> batched = ReadBatchedFromBelow(keys, outs, evict);
+  const std::vector<std::optional<ReadHit>> batched = ReadBatchedFromBelow(keys, outs, plan, evict);
   std::size_t prefetched_until = batched.size();  // those are read already: nothing to prefetch
+  std::size_t replan_until = 0;  // blocks a prefetch may have brought up: look again, not as planned
   std::optional<BlockKey> previous;
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const std::span<std::byte> out = options.metadata_only ? std::span<std::byte>() : outs[i];
     std::optional<ReadHit> hit = i < batched.size() ? batched[i] : std::nullopt;
     if (!hit) {
-      KVTIER_ASSIGN_OR_RETURN(hit, ReadForGet(keys[i], i, previous, out, evict));
+      const PlannedRead* planned = i < plan.size() && i >= replan_until ? &plan[i] : nullptr;
+      KVTIER_ASSIGN_OR_RETURN(hit, ReadForGet(keys[i], i, previous, out, planned, evict));
     }
     if (!hit) break;
     if (!sizes.empty()) sizes[i] = hit->bytes;
@@ -114,6 +113,7 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
             /*prefetch=*/true);
       }
       prefetched_until = end;
+      replan_until = end;
     }
   }
   {
@@ -132,8 +132,27 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
   return read;
 }
 
+std::vector<TieredStore::Impl::PlannedRead> TieredStore::Impl::PlanReads(std::span<const BlockKey> keys) const {
+  std::vector<PlannedRead> plan;
+  std::shared_lock lock(mu_);
+  std::optional<BlockKey> previous;
+  for (const BlockKey& key : keys) {
+    const std::optional<BlockInfo> info = index.Find(key);
+    if (!info || info->meta.tiers == 0 || info->parent != previous) break;
+    PlannedRead& read = plan.emplace_back();
+    read.tier = FastestTier(info->meta.tiers);
+    read.bytes = info->meta.size_bytes;
+    if (auto it = blocks.find(key); it != blocks.end()) {
+      read.split = SplitIn(it->second, read.tier);
+      read.placement = it->second.placement;
+    }
+    previous = key;
+  }
+  return plan;
+}
+
 std::vector<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadBatchedFromBelow(
-    std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs,
+    std::span<const BlockKey> keys, std::span<const std::span<std::byte>> outs, std::span<const PlannedRead> plan,
     std::vector<std::pair<int, BlockKey>>& evict) {
   std::vector<std::optional<ReadHit>> hits;
   if (options.metadata_only || networked == 0) return hits;  // nothing to batch: no extra pass
@@ -143,18 +162,10 @@ std::vector<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadBa
     uint32_t bytes;
   };
   std::vector<Planned> planned;
-  {
-    std::shared_lock lock(mu_);
-    std::optional<BlockKey> previous;
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      const std::optional<BlockInfo> info = index.Find(keys[i]);
-      if (!info || info->meta.tiers == 0 || info->parent != previous || outs[i].size() < info->meta.size_bytes) break;
-      const int t = FastestTier(info->meta.tiers);
-      auto it = blocks.find(keys[i]);
-      if (t > 0 && (networked & (1u << t)) && it != blocks.end() && !SplitIn(it->second, t)) {
-        planned.push_back({i, t, info->meta.size_bytes});
-      }
-      previous = keys[i];
+  for (std::size_t i = 0; i < plan.size() && outs[i].size() >= plan[i].bytes; ++i) {
+    const int t = plan[i].tier;
+    if (t > 0 && (networked & (1u << t)) && !plan[i].split) {
+      planned.push_back({i, t, static_cast<uint32_t>(plan[i].bytes)});
     }
   }
   hits.resize(planned.empty() ? 0 : planned.back().i + 1);
@@ -186,29 +197,31 @@ std::vector<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadBa
 
 Result<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadForGet(
     const BlockKey& key, std::size_t i, const std::optional<BlockKey>& previous, std::span<std::byte> out,
-    std::vector<std::pair<int, BlockKey>>& evict) {
+    const PlannedRead* planned, std::vector<std::pair<int, BlockKey>>& evict) {
   const std::optional<ReadHit> miss;
   for (int attempt = 0; attempt < kReadAttempts; ++attempt) {
-    int t = -1;
-    std::size_t size = 0;
-    uint64_t placement = 0;
-    std::optional<Block::Split> split;
-    {
+    PlannedRead where;
+    if (attempt == 0 && planned != nullptr) {
+      where = *planned;
+    } else {
       std::shared_lock lock(mu_);
       const std::optional<BlockInfo> info = index.Find(key);
       if (!info || info->meta.tiers == 0 || info->parent != previous) return miss;
-      if (!options.metadata_only && out.size() < info->meta.size_bytes) {
-        return Status::InvalidArgument("store: the buffer for block " + std::to_string(i) + " holds " +
-                                       std::to_string(out.size()) + " bytes, the block " +
-                                       std::to_string(info->meta.size_bytes));
-      }
-      t = FastestTier(info->meta.tiers);
-      size = info->meta.size_bytes;
+      where.tier = FastestTier(info->meta.tiers);
+      where.bytes = info->meta.size_bytes;
       if (auto it = blocks.find(key); it != blocks.end()) {
-        split = SplitIn(it->second, t);
-        placement = it->second.placement;
+        where.split = SplitIn(it->second, where.tier);
+        where.placement = it->second.placement;
       }
     }
+    if (!options.metadata_only && out.size() < where.bytes) {
+      return Status::InvalidArgument("store: the buffer for block " + std::to_string(i) + " holds " +
+                                     std::to_string(out.size()) + " bytes, the block " + std::to_string(where.bytes));
+    }
+    const int t = where.tier;
+    const std::size_t size = where.bytes;
+    const uint64_t placement = where.placement;
+    const std::optional<Block::Split>& split = where.split;
     uint64_t checksum = 0;
     const Status n = ReadGathered(key, t, split, options.metadata_only ? out : out.first(size), &checksum);
     if (n.ok()) {

@@ -350,6 +350,16 @@ struct TieredStore::Impl {
     uint64_t checksum = 0;  // what the bytes read matched (0 in a metadata-only store)
     bool gathered = false;  // from a split copy, its two parts
   };
+  // Where a Get finds a block: its fastest copy as the index lists it when the Get begins.
+  struct PlannedRead {
+    int tier = -1;
+    std::size_t bytes = 0;
+    uint64_t placement = 0;  // Block::placement then: a miss with it unchanged is a lost copy
+    std::optional<Block::Split> split;
+  };
+  // The reads of the indexed prefix of `keys`, under one shared lock for the whole chain (not
+  // one per block): most reads go as planned; one that does not is looked up again.
+  std::vector<PlannedRead> PlanReads(std::span<const BlockKey> keys) const;
   // Get's first step: the blocks of the chain's indexed prefix that networked tiers (a remote
   // pool, a parallel FS) hold, read in one ReadBatch per tier: a remote pool answers in one
   // round trip per node, not one per block, which no prefetch overlap makes up for. Local
@@ -357,9 +367,12 @@ struct TieredStore::Impl {
   // here counts once Get's loop reaches it; any other outcome is left to ReadForGet. Sized to the last block it tried (empty in a metadata-only store).
   std::vector<std::optional<ReadHit>> ReadBatchedFromBelow(std::span<const BlockKey> keys,
                                                            std::span<const std::span<std::byte>> outs,
+                                                           std::span<const PlannedRead> plan,
                                                            std::vector<std::pair<int, BlockKey>>& evict);
+  // `planned`: where PlanReads saw the block, tried first (null: look it up).
   Result<std::optional<ReadHit>> ReadForGet(const BlockKey& key, std::size_t i, const std::optional<BlockKey>& previous,
-                                            std::span<std::byte> out, std::vector<std::pair<int, BlockKey>>& evict);
+                                            std::span<std::byte> out, const PlannedRead* planned,
+                                            std::vector<std::pair<int, BlockKey>>& evict);
   // Counts a read from tier `t` (`gathered`: from a split copy) and touches the block.
   void RecordHitLocked(const BlockKey& key, int t, TransitionType transition, bool gathered);
   // Reads a block from tier `t`, gathering its parts when its copy there is split (`split`,
