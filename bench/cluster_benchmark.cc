@@ -1,6 +1,5 @@
 #include "cluster_benchmark.h"
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>

@@ -9,7 +9,8 @@
 # check.py's Topology kills what it started and deletes its namespaces at exit, SIGINT and
 # SIGTERM. This script covers what that cannot: check.py killed outright. On any exit it stops
 # check.py, then kills the processes left in namespaces named after check.py's pid
-# (kvt<pid>-*) and deletes those namespaces.
+# (kvt<pid>-*) and deletes those namespaces. (A script started with `&` from another script
+# inherits SIGINT ignored and cannot trap it: stop that one with SIGTERM.)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 kvtier=$(realpath "${1:-build/release/kvtier}")
