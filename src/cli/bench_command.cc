@@ -4,6 +4,7 @@
 
 #include "chaos_benchmark.h"
 #include "cli/commands.h"
+#include "cluster_benchmark.h"
 #include "dedup_benchmark.h"
 #include "index_benchmark.h"
 #include "replay_benchmark.h"
@@ -112,6 +113,31 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   chaos->add_flag("--keep-work-dir", chaos_options->keep_work_dir, "Keep the default work directory (logs) after the run");
   chaos->add_flag("--json", chaos_options->json_flag, "Print JSON (the only format)");
   OnRun(chaos, chaos_options, &bench::RunChaosBenchmark, exit_code);
+
+  auto cluster_options = std::make_shared<bench::ClusterBenchmarkOptions>();
+  CLI::App* cluster = bench->add_subcommand(
+      "cluster", "Running nodes sharing one Redis Cluster: cross-node lookups and reads vs redis-benchmark (docs/cluster.md)");
+  cluster->add_option("--nodes", cluster_options->nodes,
+                      "kvtier serve addresses: a Unix socket path, or host:port over TCP; the first puts, the others read")
+      ->required();
+  cluster->add_option("--auth-token", cluster_options->auth_token, "The nodes' auth token");
+  cluster->add_option("--tenant", cluster_options->tenant, "Tenant of every client (default: the default tenant)");
+  cluster->add_option("--redis", cluster_options->redis, "Redis Cluster endpoints host:port (the baseline asks the first)")->required();
+  cluster->add_option("--redis-password", cluster_options->redis_password, "The cluster's requirepass");
+  cluster->add_option("--chains", cluster_options->chains, "Chains put through the first node")->capture_default_str();
+  cluster->add_option("--chain-blocks", cluster_options->chain_blocks, "Blocks per chain")->capture_default_str();
+  cluster->add_option("--block-bytes", cluster_options->block_bytes, "Bytes per block (and the baseline's value size)")
+      ->capture_default_str();
+  cluster->add_option("--clients", cluster_options->clients, "Reading threads, one connection each (and the baseline's -c)")
+      ->capture_default_str();
+  cluster->add_option("--passes", cluster_options->passes, "Times every chain is read")->capture_default_str();
+  cluster->add_option("--pipeline", cluster_options->pipeline, "The baseline's redis-benchmark -P")->capture_default_str();
+  cluster->add_option("--failover-command", cluster_options->failover_command,
+                      "Shell command run 1 s into a phase of reads, e.g. 'kill -9 <pid of a master>' (default: no such phase)");
+  cluster->add_option("--failover-seconds", cluster_options->failover_seconds, "Seconds of reads around the failover command")
+      ->capture_default_str();
+  cluster->add_flag("--json", cluster_options->json_flag, "Print JSON (the only format)");
+  OnRun(cluster, cluster_options, &bench::RunClusterBenchmark, exit_code);
 }
 
 }  // namespace kvtier::cli

@@ -2,8 +2,8 @@
 #include "tier/remote_tier.h"
 
 #include <algorithm>
+#include <latch>
 #include <numeric>
-#include <thread>
 #include <unordered_map>
 
 #include "tier/writer_checksum.h"
@@ -21,8 +21,10 @@ constexpr std::size_t kHeaderBytes = RemoteTier::kHeaderBytes;
 // a whole batch.
 constexpr std::size_t kWindowCommands = 256;
 constexpr std::size_t kWindowBytes = 32u << 20;
-// Fewer operations than this per connection are not worth another thread.
-constexpr std::size_t kMinOpsPerConnection = 2;
+constexpr std::size_t kMinOpsPerConnection = RemoteTier::kMinOpsPerConnection;
+// A batch's parts wait in the workers' queue behind other batches' parts; Submit blocks past
+// this many, which only slows the callers down.
+constexpr std::size_t kMaxQueuedParts = 4096;
 
 // Deletes KEYS[1] when it still holds ARGV[1]: a corrupt value is dropped, a newer one kept.
 constexpr std::string_view kDeleteIfUnchangedScript =
@@ -124,8 +126,15 @@ Result<std::unique_ptr<Tier>> NewRemoteTier(const RemoteTierOptions& options) {
 Result<std::unique_ptr<RemoteTier>> RemoteTier::Open(const RemoteTierOptions& options) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<RedisRouter> router, RedisRouter::Create(options));
-  return std::unique_ptr<RemoteTier>(new RemoteTier(options, std::move(router)));
+  // One worker per connection of every node known now (a cluster's replicas count too: they
+  // are the masters after a failover), so that every connection can be busy at once.
+  const std::size_t nodes = std::max(options.endpoints.size(), router->nodes().size());
+  const int workers = static_cast<int>(std::min<std::size_t>(nodes * static_cast<std::size_t>(options.connections_per_node), 256));
+  return std::unique_ptr<RemoteTier>(new RemoteTier(options, std::move(router), workers));
 }
+
+RemoteTier::RemoteTier(RemoteTierOptions options, std::unique_ptr<RedisRouter> router, int workers)
+    : options_(std::move(options)), router_(std::move(router)), workers_(std::make_unique<TaskPool>(workers, kMaxQueuedParts)) {}
 
 // The operations of one batch that one connection of `node` runs.
 struct RemoteTier::Chunk {
@@ -229,10 +238,17 @@ void RemoteTier::Run(CommandBatch& batch) const {
                           .redirected = &redirected});
       }
     }
-    std::vector<std::thread> workers;
-    for (std::size_t c = 1; c < chunks.size(); ++c) workers.emplace_back([&, c] { RunChunk(chunks[c], batch); });
-    if (!chunks.empty()) RunChunk(chunks[0], batch);
-    for (std::thread& worker : workers) worker.join();
+    if (!chunks.empty()) {
+      std::latch others_done(static_cast<std::ptrdiff_t>(chunks.size() - 1));
+      for (std::size_t c = 1; c < chunks.size(); ++c) {
+        workers_->Submit([&, c] {
+          RunChunk(chunks[c], batch);
+          others_done.count_down();
+        });
+      }
+      RunChunk(chunks[0], batch);
+      others_done.wait();
+    }
     for (const Chunk& chunk : chunks) node_failed |= chunk.node_failed;
 
     std::vector<std::size_t> next;

@@ -15,10 +15,13 @@
 // compare-and-delete).
 //
 // Batches: the operations are grouped by node, and each node's group is split over up to
-// connections_per_node connections, one thread per connection, each pipelining its part
-// (commands appended in windows, then their replies read). MOVED updates the slot map and
-// retries, ASK sends ASKING and the command to the importing node; at most
-// kMaxRedirections rounds.
+// connections_per_node connections (at least kMinOpsPerConnection operations each), each part
+// pipelined on one connection (commands appended in windows, then their replies read). The
+// calling thread runs one part; the others run on the tier's own workers (a TaskPool of
+// connections_per_node threads per node known at Open, at most 256), so a batch starts no
+// thread.
+// MOVED updates the slot map and retries, ASK sends ASKING and the command to the importing
+// node; at most kMaxRedirections rounds.
 //
 // Shared (`RemoteTierOptions::shared`): Evict forgets the block in the accounting and sends
 // nothing: other nodes may still list it, and the servers' maxmemory policy (or ttl_seconds)
@@ -54,6 +57,7 @@
 #include "kvtier/tiers.h"
 #include "tier/redis_router.h"
 #include "tier/tier_counters.h"
+#include "util/task_pool.h"
 
 namespace kvtier {
 
@@ -61,6 +65,9 @@ class RemoteTier final : public Tier {
  public:
   static constexpr std::size_t kHeaderBytes = 48;
   static constexpr int kMaxRedirections = 5;
+  // Fewer operations than this per connection are not worth another worker's wake-up: a
+  // 64-block chain over three masters is two parts per master, not four.
+  static constexpr std::size_t kMinOpsPerConnection = 8;
 
   static Result<std::unique_ptr<RemoteTier>> Open(const RemoteTierOptions& options);
 
@@ -100,8 +107,7 @@ class RemoteTier final : public Tier {
   };
   static constexpr std::size_t kShards = 16;
 
-  RemoteTier(RemoteTierOptions options, std::unique_ptr<RedisRouter> router)
-      : options_(std::move(options)), router_(std::move(router)) {}
+  RemoteTier(RemoteTierOptions options, std::unique_ptr<RedisRouter> router, int workers);
 
   void Run(CommandBatch& batch) const;
   void RunChunk(Chunk& chunk, CommandBatch& batch) const;
@@ -120,6 +126,9 @@ class RemoteTier final : public Tier {
 
   const RemoteTierOptions options_;
   const std::unique_ptr<RedisRouter> router_;
+  // Runs the parts of batches past each batch's first. Declared after router_, so that it
+  // finishes its tasks before the nodes they use are destroyed.
+  const std::unique_ptr<TaskPool> workers_;
 
   mutable std::array<Shard, kShards> shards_;
   mutable std::atomic<uint64_t> used_bytes_{0};       // sum of the shards' sizes

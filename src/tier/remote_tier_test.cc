@@ -8,6 +8,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -403,6 +405,62 @@ TEST(RemoteTier, ConcurrentWritersAndReadersOfOneKeyNeverSeeATornBlock) {
   EXPECT_EQ(torn.load(), 0);
   EXPECT_EQ(errors.load(), 0);
   EXPECT_EQ(good.load(), 160);
+}
+
+// This process's threads, from /proc/self/status.
+int ProcessThreads() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+// Issue 16: a batch's parts run on the workers the tier started at Open, so batches from many
+// threads at once start no thread of their own (a thread per part per batch cost the reading
+// daemon clone and munmap time), and every block of every batch still reads back whole.
+TEST(RemoteTier, ConcurrentClusterBatchesRunOnTheTiersOwnWorkers) {
+  SKIP_WITHOUT_REDIS();
+  Result<std::unique_ptr<RedisServers>> servers = RedisServers::StartCluster(3);
+  ASSERT_TRUE(servers.ok()) << servers.status().ToString();
+  std::unique_ptr<RemoteTier> tier = OpenTier(Options(RemoteTopology::kCluster, {(*servers)->endpoint(0)}));
+  ASSERT_NE(tier, nullptr);
+  constexpr uint64_t kBlocks = 64;  // a chain: parts on every master, several per master
+  std::vector<std::vector<std::byte>> payloads;
+  std::vector<Tier::WriteOp> writes;
+  for (uint64_t i = 0; i < kBlocks; ++i) payloads.push_back(Payload(32 * 1024, static_cast<uint8_t>(i)));
+  for (uint64_t i = 0; i < kBlocks; ++i) writes.push_back({Key(i), payloads[i]});
+  for (const Status& status : tier->WriteBatch(writes)) ASSERT_TRUE(status.ok()) << status.ToString();
+
+  constexpr int kReaders = 4;
+  const int threads_before = ProcessThreads();
+  std::atomic<int> readers_done{0}, wrong{0}, max_threads{0};
+  std::thread sampler([&] {
+    while (readers_done.load() < kReaders) {
+      const int now = ProcessThreads();
+      if (now > max_threads.load()) max_threads.store(now);
+    }
+  });
+  std::vector<std::thread> readers;
+  for (int r = 0; r < kReaders; ++r) {
+    readers.emplace_back([&] {
+      std::vector<std::vector<std::byte>> outs(kBlocks, std::vector<std::byte>(32 * 1024));
+      std::vector<Tier::ReadOp> reads;
+      for (uint64_t i = 0; i < kBlocks; ++i) reads.push_back({Key(i), outs[i]});
+      for (int pass = 0; pass < 20; ++pass) {
+        const std::vector<Result<std::size_t>> results = tier->ReadBatch(reads);
+        for (uint64_t i = 0; i < kBlocks; ++i) {
+          if (!results[i].ok() || *results[i] != payloads[i].size() || outs[i] != payloads[i]) wrong.fetch_add(1);
+        }
+      }
+      readers_done.fetch_add(1);
+    });
+  }
+  for (std::thread& reader : readers) reader.join();
+  sampler.join();
+  EXPECT_EQ(wrong.load(), 0);
+  // The readers and the sampler, nothing else.
+  EXPECT_LE(max_threads.load(), threads_before + kReaders + 1);
 }
 
 TEST(RemoteTier, CapacityCountsWhatThisClientWrote) {

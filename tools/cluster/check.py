@@ -16,12 +16,19 @@ Checks (each node's DRAM tier is small, so reads of older chains come from the p
                wrong byte, hits resume
   node_kill    node0 is SIGKILLed while node1 serves: node1 sees no error; node0 restarts,
                finds its chains in the pool again and serves
+  bench        `kvtier bench cluster` from the client namespace (cross-node lookups and reads
+               of 64-block chains, every byte checked, against redis-benchmark; a master
+               killed during its failover phase): reported, and checked for found blocks,
+               wrong bytes and failed requests
+
+tools/cluster/check.sh runs this and cleans up after it even when it is killed.
 """
 
 import argparse
 import json
 import os
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -31,8 +38,9 @@ from topology import Topology, TopologyError, unavailable_reason  # noqa: E402
 
 BLOCK = 32 << 10
 BLOCKS_PER_CHAIN = 8
-READERS = 8  # client threads of the throughput check, as redis-benchmark's -c 8
-THROUGHPUT_PASSES = 5  # over node0's chains: 250 MiB, past node1's 4 MiB of DRAM each time
+READERS = 8  # reading threads of `kvtier bench cluster`, and redis-benchmark's -c
+BENCH_CHAINS = 50  # of 64 blocks of 32 KiB: 100 MiB, far past the nodes' 4 MiB of DRAM
+BENCH_FAILOVER_S = 5
 READ_BEHIND = 40  # chains: 40 x 8 x 32 KiB = 10 MiB, past the nodes' 4 MiB of DRAM
 
 
@@ -177,49 +185,36 @@ def tenants(kvtier, topo):
                 "default_tenant_blocks": default.lookup([keys])[0][0]}
 
 
-def throughput(kvtier, topo, chains):
-    """Cross-node reads (node1 reading node0's chains, found through the pool; 8 clients, one
-    chain of 8 blocks per request) in GB/s, against redis-benchmark's GETs of the same value
-    size from node1's namespace, in the same run."""
-    keys = [chain_keys(kvtier, "own", c) for c in range(chains)]
-    read = [0] * READERS
+def bench(topo):
+    """`kvtier bench cluster` in the client namespace: node0 puts, node1 and node2 look up and
+    read, against redis-benchmark in the same run; a replicated master is SIGKILLed one second
+    into its failover phase (the bench runs the kill, this driver knows the pid)."""
+    victim = topo.replicated_master()
+    done = subprocess.run(topo.exec_in("client", [
+        topo.kvtier, "bench", "cluster", "--json", "--nodes", *[topo.node_socket(i) for i in range(len(topo.nodes))],
+        "--redis", *topo.redis_endpoints(), "--redis-password", topo.password, "--chains", str(BENCH_CHAINS),
+        "--clients", str(READERS), "--failover-command", f"kill -9 {topo.redis_pid(victim)}",
+        "--failover-seconds", str(BENCH_FAILOVER_S)]), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise TopologyError(f"kvtier bench cluster: exit {done.returncode}: {done.stderr.strip()}")
+    result = json.loads(done.stdout)
+    result["killed"] = topo.redis[victim]["name"]
+    wait_for_masters(topo, 3)
+    return result
 
-    def reader(r, client):
-        shm = client.shared_memory  # the daemon writes the blocks straight into it
-        outs = [shm[i * BLOCK:(i + 1) * BLOCK] for i in range(BLOCKS_PER_CHAIN)]
-        for _ in range(THROUGHPUT_PASSES):
-            for c in range(r, chains, READERS):
-                read[r] += sum(client.get(keys[c], outs))
 
-    clients = [kvtier.Client.connect_unix(topo.node_socket(1), shared_memory_bytes=4 << 20) for _ in range(READERS)]
-    threads = [threading.Thread(target=reader, args=(r, clients[r])) for r in range(READERS)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    seconds = time.perf_counter() - started
-    for client in clients:
-        client.close()
-    read = sum(read)
-    baseline = topo.redis_benchmark_get("node1", BLOCK) * BLOCK / 1e9
-    gbps = read / seconds / 1e9
-    return {"get_gbps": round(gbps, 3), "baseline_gbps": round(baseline, 3), "ratio": round(gbps / baseline, 2),
-            "bytes_read": read, "baseline": "redis-benchmark --cluster -t set,get -d 32768 -c 8 -P 8, GET rps x 32 KiB"}
+def wait_for_masters(topo, count):
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if len(topo.masters()) == count:
+            return
+        time.sleep(0.1)
+    raise TopologyError(f"no replica took over a killed master within 20 s ({len(topo.masters())} masters)")
 
 
 def failover(kvtier, topo):
-    victim = topo.masters()[0]
-
-    def promoted():
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if len(topo.masters()) == 3:
-                return
-            time.sleep(0.1)
-        raise TopologyError("no replica took over the killed master within 20 s")
-
-    result = run_under_load(kvtier, topo, [1, 2], lambda: topo.kill_redis(victim), promoted)
+    victim = topo.replicated_master()
+    result = run_under_load(kvtier, topo, [1, 2], lambda: topo.kill_redis(victim), lambda: wait_for_masters(topo, 3))
     result["killed"] = topo.redis[victim]["name"]
     return result
 
@@ -275,6 +270,10 @@ def failures(report):
             bad.append(f"{name}: {r['errors']} failed requests, {r['byte_errors']} wrong reads {r['first_errors']}")
         if name != "node_kill" and r["hits_after_fault"] == 0:
             bad.append(f"{name}: hits never came back")
+    b = report["bench"]
+    if b["found_ratio"] < 1.0 or b["byte_errors"] or b["get"]["failed_requests"] or b["failover_errors"]:
+        bad.append(f"bench: found {b['found_ratio']:.3f}, {b['byte_errors']} wrong blocks, "
+                   f"{b['get']['failed_requests']} failed gets, {b['failover_errors']} failover errors")
     if not report["node_kill"]["restarted_serves"]:
         bad.append("node_kill: the restarted node does not serve")
     return bad
@@ -296,8 +295,8 @@ def main():
         report = {"nodes": len(topo.nodes), "redis": len(topo.redis), "chains": args.chains, "block_bytes": BLOCK}
         try:
             report.update(check_chains(kvtier, topo, args.chains))
-            report["throughput"] = throughput(kvtier, topo, args.chains)
             report["tenants"] = tenants(kvtier, topo)
+            report["bench"] = bench(topo)
             report["failover"] = failover(kvtier, topo)
             report["link_flap"] = link_flap(kvtier, topo)
             report["node_kill"] = node_kill(kvtier, topo, min(args.chains, 50))

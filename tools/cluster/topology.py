@@ -5,6 +5,8 @@ namespace of its own, joined by veth links to one bridge (issue 16, docs/cluster
       |-- node0 .. nodeN-1   10.77.<net>.100+i   kvtier serve (tiers: a small DRAM, the shared pool)
       |-- redis0 .. redisM-1 10.77.<net>.10+j    redis-server, cluster mode; masters first,
                                                  then one replica per master
+      |-- client             10.77.<net>.200     nothing of its own: where a driver that needs the
+                                                 network (kvtier bench cluster) runs
 
 Every address lives inside namespaces this module creates, named `kvt<pid>-*`, and `close()`
 (also run at exit and on SIGTERM/SIGINT) kills every process it started and deletes every
@@ -81,6 +83,7 @@ class Topology:
                 self._add_member(f"node{i}", 100 + i)
                 self._write_node_config(i)
                 self.start_node(i)
+            self._add_member("client", 200)
         except BaseException:
             self.close()
             raise
@@ -116,6 +119,10 @@ class Topology:
         _run(["ip", "-n", self._ns("hub"), "link", "set", hub_end, "master", "br0", "up"])
         self.links[ns] = hub_end
         return ns, f"10.77.{self.net}.{host}"
+
+    def exec_in(self, member, args):
+        """`args` as a command line run in `member`'s namespace ("client", "node1")."""
+        return self._exec(self._ns(member), args)
 
     def set_link(self, member, up):
         """Takes a member's link to the bridge down or up (`member`: "node1", "redis0")."""
@@ -183,6 +190,19 @@ class Topology:
         """Empties every master (their replicas follow): a check that needs the pool's room."""
         for j in self.masters():
             self.redis_cli(j, ["FLUSHALL"])
+
+    def redis_endpoints(self):
+        return [f"{r['addr']}:{REDIS_PORT}" for r in self.redis]
+
+    def redis_pid(self, j):
+        return self.redis[j]["proc"].pid  # `ip netns exec` execs redis-server: the same process
+
+    def replicated_master(self):
+        """A live master with a replica in sync: one whose death a replica takes over."""
+        for j in self.masters():
+            if "connected_slaves:0" not in self.redis_cli(j, ["INFO", "replication"], check=False).stdout:
+                return j
+        raise TopologyError("no master has a replica left")
 
     def kill_redis(self, j):
         self._kill(self.redis[j]["proc"])
