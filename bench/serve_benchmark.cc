@@ -437,8 +437,8 @@ Result<nlohmann::json> RunPutGet(const ServeBenchmarkOptions& o, int clients, co
   KVTIER_ASSIGN_OR_RETURN(ServiceResult service, RunService(o, clients, mix, nonce));
   const Summary b = Summarize(baseline);
   const Summary s = Summarize(service.phase);
-  const uint64_t requests = service.phase.total.ops[kPut].latencies_us.size() + service.phase.total.ops[kGet].latencies_us.size() +
-                            service.phase.total.ops[kLookup].latencies_us.size();
+  uint64_t requests = 0;
+  for (const OpTally& op : service.phase.total.ops) requests += op.latencies_us.size();
   nlohmann::json j = {{"clients", clients},
                       {"gbps", s.gbps},
                       {"baseline_gbps", b.gbps},
@@ -453,8 +453,8 @@ Result<nlohmann::json> RunPutGet(const ServeBenchmarkOptions& o, int clients, co
                       {"baseline_ops", b.ops},
                       {"misses", s.misses},
                       {"refused", s.refused}};
-  j["cpu_us_per_op"] = service.cpu_seconds && requests > 0 ? nlohmann::json(*service.cpu_seconds / static_cast<double>(requests) * 1e6)
-                                                           : nlohmann::json(nullptr);
+  j["cpu_us_per_op"] = nullptr;  // unknown for a server started elsewhere (--connect)
+  if (service.cpu_seconds && requests > 0) j["cpu_us_per_op"] = *service.cpu_seconds / static_cast<double>(requests) * 1e6;
   if (service.phase.total.errors > 0) j["first_error"] = service.phase.total.first_error;
   if (baseline.total.errors > 0) j["baseline_first_error"] = baseline.total.first_error;
   return j;
@@ -479,7 +479,9 @@ Status RaiseFileLimit(const ServeBenchmarkOptions& o) {
 Status ValidateCounts(const std::vector<int>& counts, int most, const std::string& flag) {
   if (counts.empty()) return Status::InvalidArgument(flag + " needs at least one value");
   for (const int n : counts) {
-    if (n < 1 || n > most) return Status::InvalidArgument(flag + " values must be 1 to " + std::to_string(most) + ", got " + std::to_string(n));
+    if (n < 1 || n > most) {
+      return Status::InvalidArgument(flag + " values must be 1 to " + std::to_string(most) + ", got " + std::to_string(n));
+    }
   }
   return Status::Ok();
 }

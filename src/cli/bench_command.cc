@@ -82,7 +82,8 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   CLI::App* serve = bench->add_subcommand(
       "serve", "The service's scaling with clients and cores: lookups vs redis-benchmark GET, put+get vs the store in-process");
   serve->add_option("--connect", serve_options->connect,
-                    "A running server's Unix socket (host:port with --tcp) (default: start a daemon in-process)");
+                    "Put+get phases only, on a running server: its Unix socket (host:port with --tcp) "
+                    "(default: start `kvtier serve` children)");
   serve->add_option("--clients", serve_options->clients, "Put+get phases: client threads, one connection each (a list: 32,256)")
       ->delimiter(',')
       ->capture_default_str();
