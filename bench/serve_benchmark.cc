@@ -1,5 +1,6 @@
 #include "serve_benchmark.h"
 
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -24,6 +25,9 @@
 
 #include "kvtier/client.h"
 #include "kvtier/daemon.h"
+#include "serve_daemon.h"
+#include "serve_lookup_phase.h"
+#include "temp_dir.h"
 
 namespace kvtier::bench {
 namespace {
@@ -319,6 +323,7 @@ struct Summary {
   nlohmann::json ops = nlohmann::json::object();
   nlohmann::json p99 = nlohmann::json::object();
   double ops_per_s = 0, gbps = 0;
+  double put_get_p99_us = 0;  // over puts and gets together
   uint64_t misses = 0, refused = 0;
 };
 
@@ -343,53 +348,31 @@ Summary Summarize(PhaseResult& r) {
     s.misses += t.misses;
     s.refused += t.refused;
   }
+  std::vector<float> put_get = r.total.ops[kPut].latencies_us;
+  put_get.insert(put_get.end(), r.total.ops[kGet].latencies_us.begin(), r.total.ops[kGet].latencies_us.end());
+  std::sort(put_get.begin(), put_get.end());
+  s.put_get_p99_us = Percentile(put_get, 0.99);
   s.ops_per_s = static_cast<double>(requests) / r.elapsed_s;
   s.gbps = static_cast<double>(bytes) / 1e9 / r.elapsed_s;
   return s;
-}
-
-// A fresh directory under /tmp, removed with everything in it when this goes.
-class TempDir {
- public:
-  static Result<TempDir> Create() {
-    char pattern[] = "/tmp/kvtier-bench-serve-XXXXXX";
-    if (::mkdtemp(pattern) == nullptr) return Status::IoError(std::string("mkdtemp in /tmp: ") + std::strerror(errno));
-    return TempDir(pattern);
-  }
-  TempDir(TempDir&& other) noexcept : path_(std::exchange(other.path_, {})) {}
-  TempDir& operator=(TempDir&&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  explicit TempDir(std::string path) : path_(std::move(path)) {}
-  std::string path_;
-};
-
-Result<std::unique_ptr<Daemon>> StartDaemon(const std::string& dir, bool tcp, bool persist) {
-  ServeConfig config = DefaultServeConfig(dir);
-  config.metrics_port = -1;
-  if (!persist) config.persist = PersistChoice::kNone;
-  if (tcp) {
-    config.server.tcp = true;
-    config.server.tcp_host = "127.0.0.1";
-    config.server.tcp_port = 0;
-  }
-  return Daemon::Start(std::move(config));
 }
 
 std::size_t BufferBytes(const ServeBenchmarkOptions& o) {
   return 2 * static_cast<std::size_t>(o.chain_blocks) * static_cast<std::size_t>(o.max_block_bytes);
 }
 
-Result<PhaseResult> RunBaseline(const ServeBenchmarkOptions& o, const std::array<uint32_t, 3>& mix, uint64_t nonce) {
+// The in-process baseline opens the configuration the self-started daemon runs (less its
+// listeners), so that the two differ only by the service around the store.
+Result<PhaseResult> RunBaseline(const ServeBenchmarkOptions& o, int clients, const std::array<uint32_t, 3>& mix,
+                                uint64_t nonce) {
   KVTIER_ASSIGN_OR_RETURN(TempDir dir, TempDir::Create());
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Daemon> daemon, StartDaemon(dir.path(), false, o.persist));
+  KVTIER_ASSIGN_OR_RETURN(ServeConfig config,
+                          ParseServeConfig(ServeDaemonConfigYaml({.dir = dir.path(), .persist = o.persist}), "bench serve"));
+  config.metrics_port = -1;
+  config.server.tcp = false;
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Daemon> daemon, Daemon::Start(std::move(config)));
   std::vector<std::unique_ptr<Driver>> drivers;
-  for (int c = 0; c < o.clients; ++c) drivers.push_back(std::make_unique<StoreDriver>(daemon->store(), BufferBytes(o)));
+  for (int c = 0; c < clients; ++c) drivers.push_back(std::make_unique<StoreDriver>(daemon->store(), BufferBytes(o)));
   PhaseResult r = RunPhase(drivers, o, mix, nonce, "in-process baseline");
   drivers.clear();
   KVTIER_RETURN_IF_ERROR(daemon->Stop().WithContext("stopping the baseline's store"));
@@ -406,38 +389,117 @@ Result<std::unique_ptr<Client>> Connect(const ServeBenchmarkOptions& o, const st
   return Client::ConnectUnix(endpoint, client_options);
 }
 
-Result<PhaseResult> RunService(const ServeBenchmarkOptions& o, const std::array<uint32_t, 3>& mix, uint64_t nonce) {
-  std::optional<TempDir> dir;
-  std::unique_ptr<Daemon> daemon;
+struct ServiceResult {
+  PhaseResult phase;
+  std::optional<double> cpu_seconds;  // the self-started daemon's, during the phase
+};
+
+Result<ServiceResult> RunService(const ServeBenchmarkOptions& o, int clients, const std::array<uint32_t, 3>& mix,
+                                 uint64_t nonce) {
+  std::unique_ptr<ServeDaemon> daemon;
   std::string endpoint = o.connect;
   uint16_t port = 0;
   if (o.connect.empty()) {
-    KVTIER_ASSIGN_OR_RETURN(TempDir created, TempDir::Create());
-    dir.emplace(std::move(created));
-    KVTIER_ASSIGN_OR_RETURN(daemon, StartDaemon(dir->path(), o.tcp, o.persist));
-    endpoint = o.tcp ? "127.0.0.1" : daemon->server().unix_socket_path();
-    port = daemon->server().tcp_port();
+    KVTIER_ASSIGN_OR_RETURN(daemon, ServeDaemon::Start({.persist = o.persist,
+                                                        .max_connections = static_cast<uint32_t>(clients) + 16}));
+    endpoint = o.tcp ? "127.0.0.1" : daemon->socket_path();
+    port = daemon->tcp_port();
   } else if (o.tcp) {
     const std::size_t colon = o.connect.rfind(':');
     endpoint = o.connect.substr(0, colon);
     port = static_cast<uint16_t>(std::stoul(o.connect.substr(colon + 1)));  // checked by Validate
   }
   std::vector<std::unique_ptr<Driver>> drivers;
-  for (int c = 0; c < o.clients; ++c) {
+  for (int c = 0; c < clients; ++c) {
     Result<std::unique_ptr<Client>> client = Connect(o, endpoint, port);
     if (!client.ok()) return client.status().WithContext("client " + std::to_string(c) + " connecting to " + endpoint);
     drivers.push_back(std::make_unique<ClientDriver>(std::move(*client), BufferBytes(o)));
   }
-  PhaseResult r = RunPhase(drivers, o, mix, nonce, "service");
+  ServiceResult r;
+  double cpu_before = 0;
+  if (daemon != nullptr) {
+    KVTIER_ASSIGN_OR_RETURN(cpu_before, daemon->CpuSeconds());
+  }
+  r.phase = RunPhase(drivers, o, mix, nonce, "service");
+  if (daemon != nullptr) {
+    KVTIER_ASSIGN_OR_RETURN(const double cpu_after, daemon->CpuSeconds());
+    r.cpu_seconds = cpu_after - cpu_before;
+  }
   drivers.clear();  // disconnect before the daemon stops
   if (daemon != nullptr) KVTIER_RETURN_IF_ERROR(daemon->Stop().WithContext("stopping the service"));
   return r;
 }
 
+// One put+get client count: the baseline, then the service; its JSON entry.
+Result<nlohmann::json> RunPutGet(const ServeBenchmarkOptions& o, int clients, const std::array<uint32_t, 3>& mix,
+                                 uint64_t nonce) {
+  KVTIER_ASSIGN_OR_RETURN(PhaseResult baseline, RunBaseline(o, clients, mix, nonce));
+  KVTIER_ASSIGN_OR_RETURN(ServiceResult service, RunService(o, clients, mix, nonce));
+  const Summary b = Summarize(baseline);
+  const Summary s = Summarize(service.phase);
+  uint64_t requests = 0;
+  for (const OpTally& op : service.phase.total.ops) requests += op.latencies_us.size();
+  nlohmann::json j = {{"clients", clients},
+                      {"gbps", s.gbps},
+                      {"baseline_gbps", b.gbps},
+                      {"ratio", b.gbps > 0 ? s.gbps / b.gbps : 0.0},
+                      {"p99_us", s.put_get_p99_us},
+                      {"baseline_p99_us", b.put_get_p99_us},
+                      {"errors", service.phase.total.errors + baseline.total.errors},
+                      {"elapsed_s", service.phase.elapsed_s},
+                      {"ops_per_s", s.ops_per_s},
+                      {"baseline_ops_per_s", b.ops_per_s},
+                      {"ops", s.ops},
+                      {"baseline_ops", b.ops},
+                      {"misses", s.misses},
+                      {"refused", s.refused}};
+  j["cpu_us_per_op"] = nullptr;  // unknown for a server started elsewhere (--connect)
+  if (service.cpu_seconds && requests > 0) j["cpu_us_per_op"] = *service.cpu_seconds / static_cast<double>(requests) * 1e6;
+  if (service.phase.total.errors > 0) j["first_error"] = service.phase.total.first_error;
+  if (baseline.total.errors > 0) j["baseline_first_error"] = baseline.total.first_error;
+  return j;
+}
+
+// 2,048 clients are 2,048 sockets: raise the soft descriptor limit to the hard one.
+Status RaiseFileLimit(const ServeBenchmarkOptions& o) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return Status::IoError(std::string("getrlimit: ") + std::strerror(errno));
+  limit.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) return Status::IoError(std::string("setrlimit: ") + std::strerror(errno));
+  int most = 0;
+  for (const int n : o.lookup_clients) most = std::max(most, n);
+  for (const int n : o.clients) most = std::max(most, n);
+  if (limit.rlim_cur != RLIM_INFINITY && static_cast<uint64_t>(most) + 256 > limit.rlim_cur) {
+    return Status::InvalidArgument(std::to_string(most) + " clients need more descriptors than the hard limit of " +
+                                   std::to_string(limit.rlim_cur) + " (ulimit -Hn): lower the client counts");
+  }
+  return Status::Ok();
+}
+
+Status ValidateCounts(const std::vector<int>& counts, int most, const std::string& flag) {
+  if (counts.empty()) return Status::InvalidArgument(flag + " needs at least one value");
+  for (const int n : counts) {
+    if (n < 1 || n > most) {
+      return Status::InvalidArgument(flag + " values must be 1 to " + std::to_string(most) + ", got " + std::to_string(n));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ServeBenchmarkOptions::Validate() const {
-  if (clients < 1 || clients > 256) return Status::InvalidArgument("--clients must be 1 to 256 (the server's connection limit)");
+  KVTIER_RETURN_IF_ERROR(ValidateCounts(clients, 4096, "--clients"));
+  if (connect.empty()) {
+    KVTIER_RETURN_IF_ERROR(ValidateCounts(lookup_clients, 16384, "--lookup-clients"));
+    KVTIER_RETURN_IF_ERROR(ValidateCounts(cores, CPU_SETSIZE, "--cores"));
+  }
+  if (lookup_chains < 1 || lookup_chains > 65536) return Status::InvalidArgument("--lookup-chains must be 1 to 65,536");
+  if (lookup_chain_blocks < 1 || lookup_chain_blocks > 1024) return Status::InvalidArgument("--lookup-chain-blocks must be 1 to 1,024");
+  if (static_cast<uint64_t>(lookup_chains) * static_cast<uint64_t>(lookup_chain_blocks) * 4096 > (uint64_t{512} << 20)) {
+    return Status::InvalidArgument("--lookup-chains x --lookup-chain-blocks x 4 KiB must fit in 512 MiB (half the daemon's DRAM)");
+  }
+  if (load_threads < 1 || load_threads > 64) return Status::InvalidArgument("--load-threads must be 1 to 64");
   if (!(seconds > 0 && seconds <= 3600)) return Status::InvalidArgument("--seconds must be in (0, 3600]");
   if (min_block_bytes < kPage || min_block_bytes % kPage != 0 || max_block_bytes % kPage != 0 ||
       max_block_bytes < min_block_bytes || max_block_bytes > (uint64_t{256} << 20)) {
@@ -466,58 +528,55 @@ Status ServeBenchmarkOptions::Validate() const {
 
 Result<std::string> RunServeBenchmark(const ServeBenchmarkOptions& options) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
+  KVTIER_RETURN_IF_ERROR(RaiseFileLimit(options));
   KVTIER_ASSIGN_OR_RETURN(const auto mix, ParseMix(options.mix));
   // Runs against a long-lived server must not find the keys of an earlier run.
   const uint64_t nonce = options.connect.empty() ? 0 : (std::random_device{}() & 0xffffffffu);
-  KVTIER_ASSIGN_OR_RETURN(PhaseResult baseline, RunBaseline(options, mix, nonce));
-  KVTIER_ASSIGN_OR_RETURN(PhaseResult service, RunService(options, mix, nonce));
-  const Summary b = Summarize(baseline);
-  const Summary s = Summarize(service);
+  uint64_t errors = 0;
+  nlohmann::json lookups = nlohmann::json::array();
+  if (options.connect.empty()) {
+    const LookupPhaseOptions lookup{.clients = options.lookup_clients, .cores = options.cores, .chains = options.lookup_chains,
+                                    .chain_blocks = options.lookup_chain_blocks, .threads = options.load_threads,
+                                    .seconds = options.seconds, .seed = options.seed};
+    KVTIER_ASSIGN_OR_RETURN(lookups, RunLookupPhases(lookup, errors));
+  }
+  nlohmann::json put_get = nlohmann::json::array();
+  for (const int clients : options.clients) {
+    KVTIER_ASSIGN_OR_RETURN(nlohmann::json j, RunPutGet(options, clients, mix, nonce));
+    errors += j["errors"].get<uint64_t>();
+    put_get.push_back(std::move(j));
+  }
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  const std::string transport = options.tcp ? "tcp" : "unix+shm";
   nlohmann::json out = {
-      {"clients", options.clients},
       {"seconds", options.seconds},
-      {"transport", transport},
-      {"elapsed_s", service.elapsed_s},
-      {"ops_per_s", s.ops_per_s},
-      {"gbps", s.gbps},
-      {"ops", s.ops},
-      {"p99_us", s.p99},
-      {"baseline_gbps", b.gbps},
-      {"baseline_ops_per_s", b.ops_per_s},
-      {"ratio", b.gbps > 0 ? s.gbps / b.gbps : 0.0},
-      {"errors", service.total.errors + baseline.total.errors},
-      {"misses", s.misses},
-      {"refused", s.refused},
+      {"errors", errors},
+      {"lookups", std::move(lookups)},
+      {"put_get", std::move(put_get)},
       {"max_rss_bytes", static_cast<uint64_t>(usage.ru_maxrss) * 1024},
-      {"baseline",
-       {{"what", "the same mix on the daemon's TieredStore in-process: N threads, std::span buffers, no sockets"},
-        {"elapsed_s", baseline.elapsed_s},
-        {"ops_per_s", b.ops_per_s},
-        {"gbps", b.gbps},
-        {"ops", b.ops},
-        {"p99_us", b.p99},
-        {"errors", baseline.total.errors},
-        {"misses", b.misses},
-        {"refused", b.refused}}},
+      {"baselines",
+       {{"lookups", "redis-benchmark -t get -P 1, the same client count and --threads, on a private redis-server "
+                    "(no persistence) over TCP loopback, values of baseline_value_bytes (a whole-chain lookup reply frame)"},
+        {"put_get", "the same mix on a TieredStore in-process, opened from the daemon's configuration: N threads, no sockets"}}},
       {"config",
-       {{"server", options.connect.empty() ? "in-process daemon, DefaultServeConfig(/tmp/kvtier-bench-serve-*), metrics off"
+       {{"server", options.connect.empty() ? "kvtier serve child (/proc/self/exe), 1 GiB DRAM over a 4 GiB disk tier in /tmp"
                                            : options.connect},
-        {"baseline_server", "in-process DefaultServeConfig(/tmp/kvtier-bench-serve-*), run first"},
+        {"lookup_transport", "tcp 127.0.0.1, epoll clients"},
+        {"put_get_transport", options.tcp ? "tcp" : "unix+shm"},
         {"clients", options.clients},
+        {"lookup_clients", options.lookup_clients},
+        {"cores", options.cores},
+        {"lookup_chains", options.lookup_chains},
+        {"lookup_chain_blocks", options.lookup_chain_blocks},
+        {"load_threads", options.load_threads},
         {"seconds", options.seconds},
         {"min_block_bytes", options.min_block_bytes},
         {"max_block_bytes", options.max_block_bytes},
         {"mix", options.mix},
         {"chain_blocks", options.chain_blocks},
         {"recent_chains", options.recent_chains},
-        {"tcp", options.tcp},
         {"persist", options.persist},
         {"seed", options.seed}}}};
-  if (service.total.errors > 0) out["first_error"] = service.total.first_error;
-  if (baseline.total.errors > 0) out["baseline"]["first_error"] = baseline.total.first_error;
   return out.dump(2) + "\n";
 }
 

@@ -1,43 +1,53 @@
-// `kvtier bench serve`: the service (`kvtier serve`, daemon.h) under load from many engine
-// clients, next to an in-process baseline measured in the same run: the same mix, client
-// count, block sizes and duration driven straight on a TieredStore (no sockets, no shared
-// memory, no tenant mapping), opened from the same configuration. The ratio of the two is
-// what the service costs.
+// `kvtier bench serve`: does the service (`kvtier serve`, daemon.h) scale with clients and
+// cores, next to a baseline measured in the same run. Without `connect` every daemon is a
+// `kvtier serve` child of this process (serve_daemon.h), so its CPU time is its own. Phases:
 //
-// Each client is a thread with its own connection (Client): a Unix socket with a shared
-// segment holding one put and one get request (payloads by reference, one copy in the
-// server), or with `tcp` a TCP connection with payloads inline. Its requests, drawn by `mix`:
+// Lookups (serve_lookup_phase.h): 64-block chains looked up by 1 to thousands of clients,
+// each with one request in flight, from a few epoll threads over TCP (lookup_load.h), with
+// the daemon pinned to each of `cores` CPUs in turn; next to redis-benchmark GET with the same
+// client count and -P 1 (redis_benchmark_baseline.h). Per client count: lookups/s, p99, the
+// daemon's own mean lookup time (/metrics) and CPU per lookup, and the speed-up over cores.
+//
+// Put+get, per client count in `clients`: an in-process baseline first (the same mix, client
+// count, block sizes and duration driven straight on a TieredStore opened from the daemon's
+// configuration: no sockets, no shared memory, no tenant mapping), then the service. Each
+// client is a thread with its own connection (Client): a Unix socket with a shared segment
+// holding one put and one get request (payloads by reference), or with `tcp` a TCP
+// connection with payloads inline. Its requests, drawn by `mix`:
 //  - put: a new chain of `chain_blocks` blocks of random sizes in [min, max] (4 KiB
 //    multiples), each filled with a pattern of (client, chain, block) before the clock starts;
 //  - get: one of the client's `recent_chains` most recent stored chains, read back and every
 //    byte checked against its pattern after the clock stops (a wrong byte or size is an error;
 //    a chain the store has evicted, wholly or in part, is a miss);
 //  - lookup: one of those chains, looked up.
-// Latency is per request (a chain), in microseconds; bytes are payload bytes put and got.
-//
-// Order: the baseline runs first on its own store, which is closed and removed before the
-// service starts, so that the two never share the CPUs or the page cache's dirty pages.
-//
-// Without `connect` the benchmark starts its own daemon in this process: DefaultServeConfig
-// under a fresh directory in /tmp (removed after), /metrics off, TCP on 127.0.0.1 with `tcp`.
+// Latency is per request (a chain), in microseconds; bytes are payload bytes put and got. The
+// baseline's store is closed and removed before the service starts, so that the two never
+// share the CPUs or the page cache's dirty pages.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kvtier/status.h"
 
 namespace kvtier::bench {
 
 struct ServeBenchmarkOptions {
-  // Default: "" = start a daemon in-process. Else a running server: its Unix socket path, or
-  // with `tcp` its "host:port". The baseline still runs in-process.
+  // Default: "" = start `kvtier serve` children. Else a running server for the put+get phases:
+  // its Unix socket path, or with `tcp` its "host:port" (the baseline still runs in-process,
+  // and the lookup phases, which need a daemon of their own, are skipped).
   std::string connect;
-  int clients = 32;                            // Default: 32 client threads
-  double seconds = 20;                         // Default: 20 s per phase (baseline, service)
+  std::vector<int> clients = {32, 256};        // Default: put+get phases with 32 and 256 client threads
+  std::vector<int> lookup_clients = {1, 16, 256, 2048};  // Default: lookup phases with these clients
+  std::vector<int> cores = {1, 2};             // Default: each lookup phase on a daemon pinned to 1, then 2 CPUs
+  int lookup_chains = 256;                     // Default: 256 chains stored for the lookups ...
+  int lookup_chain_blocks = 64;                // Default: ... of 64 blocks of 4 KiB each
+  int load_threads = 2;                        // Default: 2 epoll threads drive the lookup clients
+  double seconds = 10;                         // Default: 10 s per phase
   uint64_t min_block_bytes = 256u << 10;       // Default: 256 KiB
   uint64_t max_block_bytes = 2u << 20;         // Default: 2 MiB
-  std::string mix = "20:40:40";                // Default: lookup:put:get weights 20:40:40
+  std::string mix = "0:50:50";                 // Default: put+get phases' lookup:put:get weights 0:50:50
   int chain_blocks = 4;                        // Default: 4 blocks per put, get and lookup
   int recent_chains = 8;                       // Default: gets and lookups pick among the last 8
   bool tcp = false;                            // Default: Unix socket and shared memory

@@ -80,11 +80,29 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   OnRun(dedup, dedup_options, &bench::RunDedupBenchmark, exit_code);
 
   auto serve_options = std::make_shared<bench::ServeBenchmarkOptions>();
-  CLI::App* serve = bench->add_subcommand("serve", "The service under load from many clients vs the same load on the store in-process");
+  CLI::App* serve = bench->add_subcommand(
+      "serve", "The service's scaling with clients and cores: lookups vs redis-benchmark GET, put+get vs the store in-process");
   serve->add_option("--connect", serve_options->connect,
-                    "A running server's Unix socket (host:port with --tcp) (default: start a daemon in-process)");
-  serve->add_option("--clients", serve_options->clients, "Client threads, one connection each")->capture_default_str();
-  serve->add_option("--seconds", serve_options->seconds, "Seconds of load, for the baseline and for the service")->capture_default_str();
+                    "Put+get phases only, on a running server: its Unix socket (host:port with --tcp) "
+                    "(default: start `kvtier serve` children)");
+  serve->add_option("--clients", serve_options->clients, "Put+get phases: client threads, one connection each (a list: 32,256)")
+      ->delimiter(',')
+      ->capture_default_str();
+  serve->add_option("--lookup-clients", serve_options->lookup_clients,
+                    "Lookup phases: clients, one lookup in flight each (a list: 1,16,256,2048)")
+      ->delimiter(',')
+      ->capture_default_str();
+  serve->add_option("--cores", serve_options->cores, "Lookup phases: the daemon pinned to this many CPUs (a list: 1,2)")
+      ->delimiter(',')
+      ->capture_default_str();
+  serve->add_option("--lookup-chains", serve_options->lookup_chains, "Lookup phases: chains stored and looked up")
+      ->capture_default_str();
+  serve->add_option("--lookup-chain-blocks", serve_options->lookup_chain_blocks, "Lookup phases: blocks per chain")
+      ->capture_default_str();
+  serve->add_option("--load-threads", serve_options->load_threads,
+                    "Lookup phases: epoll threads driving the clients (and redis-benchmark --threads)")
+      ->capture_default_str();
+  serve->add_option("--seconds", serve_options->seconds, "Seconds of load per phase")->capture_default_str();
   serve->add_option("--min-block-bytes", serve_options->min_block_bytes, "Smallest block (4 KiB multiple)")->capture_default_str();
   serve->add_option("--max-block-bytes", serve_options->max_block_bytes, "Largest block (4 KiB multiple)")->capture_default_str();
   serve->add_option("--mix", serve_options->mix, "lookup:put:get request weights")->capture_default_str();

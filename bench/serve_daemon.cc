@@ -1,0 +1,209 @@
+#include "serve_daemon.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <httplib.h>
+
+namespace kvtier::bench {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The port after `marker` in the daemon's listening line, 0 when absent.
+uint16_t PortAfter(const std::string& line, const std::string& marker) {
+  const std::size_t at = line.find(marker);
+  if (at == std::string::npos) return 0;
+  unsigned port = 0;
+  const char* first = line.data() + at + marker.size();
+  std::from_chars(first, line.data() + line.size(), port);
+  return port <= 65535 ? static_cast<uint16_t>(port) : 0;
+}
+
+// The first `cores` CPUs of this process's affinity mask, for the child to pin itself to.
+Result<cpu_set_t> FirstCpus(int cores) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
+    return Status::IoError(std::string("sched_getaffinity: ") + std::strerror(errno));
+  }
+  if (cores <= 0) return allowed;
+  cpu_set_t chosen;
+  CPU_ZERO(&chosen);
+  int taken = 0;
+  for (std::size_t cpu = 0; cpu < std::size_t{CPU_SETSIZE} && taken < cores; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed)) {
+      CPU_SET(cpu, &chosen);
+      ++taken;
+    }
+  }
+  if (taken < cores) {
+    return Status::InvalidArgument("--cores " + std::to_string(cores) + ": this process may use only " +
+                                   std::to_string(CPU_COUNT(&allowed)) + " CPUs");
+  }
+  return chosen;
+}
+
+}  // namespace
+
+std::string ServeDaemonConfigYaml(const ServeDaemonOptions& o) {
+  std::ostringstream y;
+  y << "data_dir: " << o.dir << "\n"
+    << "tiers:\n"
+    << "  - kind: cpu_dram\n    capacity: 1GiB\n    lock_memory: false\n"
+    << "  - kind: nvme\n    name: disk\n    files: [" << o.dir << "/disk/slab.0]\n    capacity: 4GiB\n"
+    << "store:\n  persistence: " << (o.persist ? "write_through" : "none") << "\n"
+    << "listen:\n  unix_socket: " << o.dir << "/kvtier.sock\n  tcp: true\n  tcp_host: 127.0.0.1\n  tcp_port: 0\n"
+    << "  metrics_host: 127.0.0.1\n  metrics_port: 0\n"
+    << "limits:\n  max_connections: " << o.max_connections << "\n  io_timeout_ms: 10000\n";
+  return y.str();
+}
+
+Result<std::unique_ptr<ServeDaemon>> ServeDaemon::Start(ServeDaemonOptions options) {
+  KVTIER_ASSIGN_OR_RETURN(const cpu_set_t cpus, FirstCpus(options.cores));
+  auto d = std::unique_ptr<ServeDaemon>(new ServeDaemon());
+  KVTIER_ASSIGN_OR_RETURN(TempDir dir, TempDir::Create());
+  d->dir_.emplace(std::move(dir));
+  options.dir = d->dir_->path();
+  const std::string config = options.dir + "/serve.yaml";
+  d->log_ = options.dir + "/serve.log";
+  d->socket_ = options.dir + "/kvtier.sock";
+  std::ofstream out(config);
+  out << ServeDaemonConfigYaml(options);
+  if (!out.flush()) return Status::IoError("cannot write " + config);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) return Status::IoError(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    // A benchmark killed by its user must not leave its daemon serving.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);
+    if (options.cores > 0 && ::sched_setaffinity(0, sizeof cpus, &cpus) != 0) ::_exit(126);
+    const int fd = ::open(d->log_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+    }
+    ::execl("/proc/self/exe", "kvtier", "serve", "--config", config.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  d->pid_ = pid;
+  KVTIER_RETURN_IF_ERROR(d->WaitUntilListening());
+  return d;
+}
+
+Status ServeDaemon::WaitUntilListening() {
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return Status::FailedPrecondition("kvtier serve exited while starting: " + LastLogLine());
+    }
+    std::ifstream log(log_);
+    for (std::string line; std::getline(log, line);) {
+      if (line.find("listening on") == std::string::npos) continue;
+      tcp_port_ = PortAfter(line, "tcp:127.0.0.1:");
+      metrics_port_ = PortAfter(line, "metrics http://127.0.0.1:");
+      if (tcp_port_ == 0 || metrics_port_ == 0) {
+        return Status::Internal("kvtier serve's listening line names no TCP or metrics port: " + line);
+      }
+      return Status::Ok();
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  return Status::Unavailable("kvtier serve did not listen within 60 s; see " + log_);
+}
+
+std::string ServeDaemon::LastLogLine() const {
+  std::ifstream log(log_);
+  std::string last = "(empty log " + log_ + ")";
+  for (std::string line; std::getline(log, line);) {
+    if (!line.empty()) last = line;
+  }
+  return last;
+}
+
+ServeDaemon::~ServeDaemon() {
+  if (pid_ <= 0) return;  // the TempDir goes after it stopped
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+}
+
+Status ServeDaemon::Stop() {
+  if (pid_ <= 0) return Status::Ok();
+  ::kill(pid_, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  int status = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::Ok();
+      return Status::Internal("kvtier serve did not stop cleanly after SIGTERM: " + LastLogLine());
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+  return Status::Internal("kvtier serve did not exit within 30 s of SIGTERM; see " + log_);
+}
+
+Result<double> ServeDaemon::CpuSeconds() const {
+  const std::string path = "/proc/" + std::to_string(pid_) + "/stat";
+  std::ifstream in(path);
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Fields after the command name, which is in parentheses and may hold spaces: state is
+  // field 3, utime 14 and stime 15 (proc(5)).
+  const std::size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return Status::Unavailable("cannot read " + path + ": is kvtier serve running?");
+  std::istringstream fields(stat.substr(paren + 1));
+  std::string field;
+  uint64_t ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i >= 14) ticks += std::stoull(field);
+  }
+  return static_cast<double>(ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+Result<RequestTimeSample> ServeDaemon::RequestTime(const std::string& op) const {
+  httplib::Client client("127.0.0.1", metrics_port_);
+  client.set_connection_timeout(5);
+  client.set_read_timeout(5);
+  const httplib::Result got = client.Get("/metrics");
+  if (!got || got->status != 200) {
+    return Status::Unavailable("kvtier serve's /metrics on port " + std::to_string(metrics_port_) + " did not answer: " +
+                               (got ? "HTTP " + std::to_string(got->status) : httplib::to_string(got.error())));
+  }
+  const std::string labels = "{op=\"" + op + "\"} ";
+  const std::string sum = "kvtier_request_duration_seconds_sum" + labels;
+  const std::string count = "kvtier_request_duration_seconds_count" + labels;
+  RequestTimeSample s;
+  bool found_sum = false, found_count = false;
+  std::istringstream lines(got->body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with(sum)) {
+      s.sum_seconds = std::strtod(line.c_str() + sum.size(), nullptr);
+      found_sum = true;
+    } else if (line.starts_with(count)) {
+      s.count = std::strtoull(line.c_str() + count.size(), nullptr, 10);
+      found_count = true;
+    }
+  }
+  if (!found_sum || !found_count) return Status::Internal("kvtier serve's /metrics has no " + sum + "or its count");
+  return s;
+}
+
+}  // namespace kvtier::bench
