@@ -305,43 +305,75 @@ Result<bool> TieredStore::Impl::SplitOut(const BlockKey& key, const BlockMeta& m
 
 void TieredStore::Impl::PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch) {
   Schedule([this, keys = std::move(keys), prefetch] {
-    for (const BlockKey& key : keys) {
-      int from = -1;
-      BlockMeta meta;
-      Block b;
-      {
-        std::lock_guard lock(mu_);
-        const std::optional<BlockInfo> info = index.Find(key);
-        auto it = blocks.find(key);
-        if (!info || it == blocks.end() || it->second.moving) continue;
-        from = FastestTier(info->meta.tiers);
-        if (from <= 0) continue;  // absent, or in the fastest tier already
-        meta = info->meta;
-        b = it->second;
-        BeginMoveLocked(key, it->second);
-        if (prefetch) ++stats.prefetch_issued;
-      }
-      std::vector<std::byte> payload(options.metadata_only ? 0 : meta.size_bytes);
-      uint64_t checksum = 0;
-      const Status n = ReadGathered(key, from, SplitIn(b, from), payload, &checksum);
-      const std::optional<uint64_t> carried = options.metadata_only ? std::nullopt : std::optional(checksum);
-      Result<int> placed = n.ok() ? Place(key, meta, b, payload, from, carried) : Result<int>(n);
-      std::lock_guard lock(mu_);
-      auto it = blocks.find(key);
-      if (it == blocks.end()) continue;
-      EndMoveLocked(key, it->second);
-      if (placed.ok() && *placed >= 0) {
-        AddToTierLocked(key, *placed, meta, it->second);
-        ++tier_state(*placed).stats.promotions;
-        if (prefetch && *placed == 0) {
-          it->second.prefetched = true;
-          prefetch_window->OnPrefetched(1, meta.size_bytes);
-        }
-      }
-      RefreshEvictableLocked(key);
-    }
+    std::vector<Promotion> moves = BeginPromotions(keys, prefetch);
+    ReadPromotions(moves);
+    for (Promotion& move : moves) FinishPromotion(move, prefetch);
     KickRebalances();
   });
+}
+
+std::vector<TieredStore::Impl::Promotion> TieredStore::Impl::BeginPromotions(std::span<const BlockKey> keys,
+                                                                               bool prefetch) {
+  std::vector<Promotion> moves;
+  std::lock_guard lock(mu_);
+  for (const BlockKey& key : keys) {
+    const std::optional<BlockInfo> info = index.Find(key);
+    auto it = blocks.find(key);
+    if (!info || it == blocks.end() || it->second.moving) continue;
+    const int from = FastestTier(info->meta.tiers);
+    if (from <= 0) continue;  // absent, or in the fastest tier already
+    moves.push_back({.key = key, .from = from, .meta = info->meta, .block = it->second});
+    BeginMoveLocked(key, it->second);
+    if (prefetch) ++stats.prefetch_issued;
+  }
+  return moves;
+}
+
+void TieredStore::Impl::ReadPromotions(std::vector<Promotion>& moves) {
+  if (options.metadata_only) return;
+  for (Promotion& move : moves) move.payload.resize(move.meta.size_bytes);
+  // From a networked tier, one ReadBatch per tier: one round trip per node, not per block.
+  for (int t = 1; t <= last_tier(); ++t) {
+    if ((networked & (1u << t)) == 0) continue;
+    std::vector<Tier::ReadOp> ops;
+    std::vector<Promotion*> which;
+    for (Promotion& move : moves) {
+      if (move.from != t || SplitIn(move.block, t)) continue;
+      ops.push_back({move.key, move.payload, &move.checksum});
+      which.push_back(&move);
+    }
+    if (ops.size() < 2) continue;
+    const std::vector<Result<std::size_t>> done = tier_state(t).tier->ReadBatch(ops);
+    for (std::size_t k = 0; k < ops.size(); ++k) {
+      which[k]->read = !done[k].ok()                         ? done[k].status()
+                       : *done[k] == which[k]->payload.size() ? Status::Ok()
+                                                              : Status::NotFound("block changed while it was read");
+      which[k]->read_done = true;
+    }
+  }
+  for (Promotion& move : moves) {
+    if (move.read_done) continue;
+    move.read = ReadGathered(move.key, move.from, SplitIn(move.block, move.from), move.payload, &move.checksum);
+  }
+}
+
+void TieredStore::Impl::FinishPromotion(Promotion& move, bool prefetch) {
+  const std::optional<uint64_t> carried = options.metadata_only ? std::nullopt : std::optional(move.checksum);
+  Result<int> placed = move.read.ok() ? Place(move.key, move.meta, move.block, move.payload, move.from, carried)
+                                      : Result<int>(move.read);
+  std::lock_guard lock(mu_);
+  auto it = blocks.find(move.key);
+  if (it == blocks.end()) return;
+  EndMoveLocked(move.key, it->second);
+  if (placed.ok() && *placed >= 0) {
+    AddToTierLocked(move.key, *placed, move.meta, it->second);
+    ++tier_state(*placed).stats.promotions;
+    if (prefetch && *placed == 0) {
+      it->second.prefetched = true;
+      prefetch_window->OnPrefetched(1, move.meta.size_bytes);
+    }
+  }
+  RefreshEvictableLocked(move.key);
 }
 
 }  // namespace kvtier

@@ -29,7 +29,9 @@ LookupResult TieredStore::Impl::Lookup(std::span<const BlockKey> keys) {
   read_counters.lookups.fetch_add(1, std::memory_order_relaxed);
   read_counters.lookup_blocks.fetch_add(keys.size(), std::memory_order_relaxed);
   read_counters.lookup_hit_blocks.fetch_add(result.prefix_blocks, std::memory_order_relaxed);
-  if (result.load_blocks < result.prefix_blocks) read_counters.recompute_preferred.fetch_add(1, std::memory_order_relaxed);
+  if (result.load_blocks < result.prefix_blocks) {
+    read_counters.recompute_preferred.fetch_add(1, std::memory_order_relaxed);
+  }
   if (found > 0) KickRebalances();  // this node's share of the pool may be over its watermark now
   return result;
 }

@@ -74,6 +74,21 @@ TEST_F(SharedPool, ANodeFindsAndReadsWhatAnotherPut) {
   EXPECT_EQ(kChainData.Get(*a, 3, 12), 12u);
 }
 
+// A chain read from the pool is promoted into the node's DRAM (its blocks read in one batch
+// per Redis node) and read from there next time, byte-equal.
+TEST_F(SharedPool, BlocksReadFromThePoolArePromotedIntoDram) {
+  auto a = Node(), b = Node();
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(kChainData.Put(*a, 7, 8).ok());
+  const std::vector<BlockKey> keys = kChainData.Keys(7, 8);
+  ASSERT_EQ(kChainData.Get(*b, 7, 8), 8u);
+  b->Drain();
+  EXPECT_EQ(b->Lookup(keys).tier, std::vector<int>(8, 0)) << "every block is in B's DRAM now";
+  EXPECT_EQ(b->GetStats().tiers[0].promotions, 8u);
+  EXPECT_EQ(kChainData.Get(*b, 7, 8), 8u);
+  EXPECT_EQ(b->GetStats().tiers[0].hits, 8u) << "the second read came from DRAM";
+}
+
 TEST_F(SharedPool, BackgroundPublishingReachesThePoolAfterTheReply) {
   auto a = Node(64u << 20, true, StoreOptions{.publish_in_background = true}), b = Node();
   ASSERT_TRUE(a && b);

@@ -13,21 +13,21 @@
 //
 // Locking. `mu_` guards the index, `blocks`, `stats` and `tiers` (all of each TierState but
 // its `tier`, which is thread-safe itself and set only in Open). It is a reader-writer lock
-// (util/rw_mutex.h): what only reads them takes it shared, so lookups and the planning half
-// of reads run side by side (Lookup, LookupIndexedLocked, ReadForGet's look, the batched
-// read's plan, GetStats); everything that changes them takes it exclusively. The index and
-// `blocks` change only under the exclusive lock, so they always agree; the index's own lock
-// is then never contended by a writer. `read_counters` are atomics, counted under the shared
-// lock. Methods whose names end in `Locked` need `mu_` held (exclusively, unless they say
-// "shared is enough"); every other method takes it when it needs it and is called with it
-// released. It is never taken twice by one thread, in either mode. No tier I/O and no journal call runs under `mu_` (a tier
-// may be slow; the journal has its own lock): a method reads what it needs under the lock,
-// marks the block `moving` when it moves or copies it (so no mover picks it as well), does
-// the I/O with the lock released, and takes the lock again to record the outcome, checking
-// that the block is still there (BeginMoveLocked / EndMoveLocked). A Put that must write a
-// block a mover holds waits on `move_done_` (with `mu_` exclusive) until the mover lets it go.
-// A Get reads its blocks first and records their hits (policy touches) at the end, under one
-// exclusive lock for the whole chain.
+// (util/rw_mutex.h, writers first): what only reads them takes it shared, so lookups and the
+// planning half of reads run side by side (Lookup, PlanReads, ReadForGet's second look,
+// GetStats); everything that changes them takes it exclusively. The index and `blocks`
+// change only under the exclusive lock, so they always agree; the index's own lock is then
+// never contended by a writer. `read_counters` are atomics, counted under the shared lock.
+// Methods whose names end in `Locked` need `mu_` held (exclusively, unless they say "shared
+// is enough"); every other method takes it when it needs it and is called with it released.
+// It is never taken twice by one thread, in either mode. No tier I/O and no journal call
+// runs under `mu_` (a tier may be slow; the journal has its own lock): a method reads what it
+// needs under the lock, marks the block `moving` when it moves or copies it (so no mover
+// picks it as well), does the I/O with the lock released, and takes the lock again to record
+// the outcome, checking that the block is still there (BeginMoveLocked / EndMoveLocked). A
+// Put that must write a block a mover holds waits on `move_done_` (with `mu_` exclusive)
+// until the mover lets it go. A Get plans its chain's reads under one shared section, reads,
+// and records the hits (policy touches) in one exclusive section at the end.
 // `flight_mu_` guards `in_flight` only and is never held together with `mu_`.
 // `prefetch_window`, `movers` and `journal` are thread-safe themselves.
 #pragma once
@@ -288,6 +288,22 @@ struct TieredStore::Impl {
   // Copies stored blocks into the fastest tier (a mover's job; `prefetch` marks them so
   // that their use or waste is counted).
   void PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch);
+  // Its steps: take the blocks that are below the fastest tier and not moving (one exclusive
+  // section); read them, those in a networked tier in one batch per tier; place each and
+  // let it go.
+  struct Promotion {
+    BlockKey key;
+    int from = -1;
+    BlockMeta meta;
+    Block block;
+    std::vector<std::byte> payload;
+    uint64_t checksum = 0;
+    Status read;
+    bool read_done = false;
+  };
+  std::vector<Promotion> BeginPromotions(std::span<const BlockKey> keys, bool prefetch);
+  void ReadPromotions(std::vector<Promotion>& moves);
+  void FinishPromotion(Promotion& move, bool prefetch);
 
   // --- Placement and the put path (store_put.cc) -----------------------------------------
   // Writes the block into the fastest tier before `end` that admits it, making room by
