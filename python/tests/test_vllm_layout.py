@@ -13,7 +13,7 @@ from kvtier.vllm.layout import (
     combine_shard_lookups,
     contiguous_runs,
     layout_fingerprint,
-    matched_blocks,
+    matched_tokens,
     namespace_tenant,
     natural_layer_order,
     page_geometry,
@@ -44,25 +44,29 @@ def test_block_key_matches_kvtier_keys():
 @pytest.mark.parametrize(
     "num_hashes,num_tokens,local,stored,expect",
     [
-        (7, 1000, 0, 7, 7),  # 1000 tokens: 7 full blocks, the last token is in block 7
-        (8, 1024, 0, 8, 7),  # exactly 8 blocks: never the block with the last token
-        (8, 1025, 0, 8, 8),
-        (7, 1000, 3, 7, 4),  # vLLM's own hit comes first
-        (7, 1000, 5, 2, 0),  # kvtier has less than vLLM
-        (7, 1000, 0, 0, 0),
-        (0, 100, 0, 0, 0),
-        (1, 1, 0, 1, 0),
+        (7, 1000, 0, 7, (7, 7 * 128)),  # 1000 tokens: 7 full blocks; the last token is in block 7
+        # exactly 8 blocks: the last one loads too, and vLLM recomputes only the final token
+        (8, 1024, 0, 8, (8, 1023)),
+        (8, 1024, 0, 7, (7, 7 * 128)),
+        (8, 1025, 0, 8, (8, 1024)),
+        (7, 1000, 3, 7, (4, 4 * 128)),  # vLLM's own hit comes first
+        (8, 1024, 7, 8, (1, 127)),
+        (7, 1000, 5, 2, (0, 0)),  # kvtier has less than vLLM
+        (7, 1000, 0, 0, (0, 0)),
+        (0, 100, 0, 0, (0, 0)),
+        (1, 1, 0, 1, (0, 0)),
+        (1, 128, 0, 1, (1, 127)),
     ],
 )
-def test_matched_blocks(num_hashes, num_tokens, local, stored, expect):
-    assert matched_blocks(num_hashes, num_tokens, BS, local, stored) == expect
+def test_matched_tokens(num_hashes, num_tokens, local, stored, expect):
+    assert matched_tokens(num_hashes, num_tokens, BS, local, stored) == expect
 
 
 def test_plan_loads_then_saves_the_rest_in_chain_order():
     h = digests(10)
     p = RequestPlan("r", BS)
-    ext = matched_blocks(len(h[:7]), 1000, BS, local_blocks=1, stored_prefix=4)
-    assert ext == 3
+    ext, ext_tokens = matched_tokens(len(h[:7]), 1000, BS, local_blocks=1, stored_prefix=4)
+    assert (ext, ext_tokens) == (3, 3 * BS)
     p.on_lookup(1, 4, ext)
     p.on_alloc(list(range(100, 108)), ext * BS)
     assert p.take_load(h[:7]) == [(101, h[1][:16]), (102, h[2][:16]), (103, h[3][:16])]
@@ -83,6 +87,19 @@ def test_plan_scheduler_keeps_fewer_external_tokens():
     p.on_lookup(0, 4, 3)
     p.on_alloc([1, 2, 3, 4], 0)  # the scheduler took none
     assert p.take_load(h) == []
+    p.on_lookup(0, 4, 3)
+    p.on_alloc([1, 2, 3, 4], BS + 5)  # part of the second block: it loads whole
+    assert [b for b, _ in p.take_load(h)] == [1, 2]
+
+
+def test_plan_loads_the_last_block_of_a_block_aligned_prompt():
+    h = digests(4)
+    p = RequestPlan("r", BS)
+    ext, tokens = matched_tokens(4, 4 * BS, BS, 0, 4)
+    p.on_lookup(0, 4, ext)
+    p.on_alloc([10, 11, 12, 13], tokens)
+    assert [b for b, _ in p.take_load(h)] == [10, 11, 12, 13]
+    assert p.take_save(h, 4 * BS) == (None, [])  # all four are in kvtier already
 
 
 def test_plan_chunked_prefill_saves_each_chunk():

@@ -206,6 +206,8 @@ def test_async_decision_follows_the_slowest_tier():
 def test_hit_sources_split_tokens_by_tier():
     assert hit_sources([0, 0, 1, 2], KINDS, 16) == {"host": 32, "disk": 16, "external_unspecified": 16}
     assert hit_sources([], KINDS, 16) == {}
+    # the last block loaded for all but its last token (a block-aligned prompt)
+    assert hit_sources([0, 2], KINDS, 16, tokens=31) == {"host": 16, "external_unspecified": 15}
 
 
 def test_plan_remembers_tiers_and_async():

@@ -45,7 +45,7 @@ from kvtier.vllm.layout import (
     hit_sources,
     layout_fingerprint,
     load_asynchronously,
-    matched_blocks,
+    matched_tokens,
     namespace_tenant,
     natural_layer_order,
     page_geometry,
@@ -416,7 +416,7 @@ class KvtierConnector(KVConnectorBase_V1):
                 logger.warning("KvtierConnector: lookup failed (treated as a miss): %s", e)
         # The server's cost model may find recomputing a block cheaper than loading it.
         usable = min(stored, worth) if self._use_cost_model else stored
-        ext = matched_blocks(len(hashes), request.num_tokens, bs, local, usable)
+        ext, ext_tokens = matched_tokens(len(hashes), request.num_tokens, bs, local, usable)
         is_async = load_asynchronously(self._async_mode, tiers[local:local + ext], self._tier_kinds)
         plan = self._plans.get(request.request_id)
         if plan is None:
@@ -433,11 +433,11 @@ class KvtierConnector(KVConnectorBase_V1):
         if chain and request.request_id not in self._expected:
             self._expect(request.request_id, chain)
         self.stats["lookups"] += 1
-        self.stats["hit_tokens"] += ext * bs
+        self.stats["hit_tokens"] += ext_tokens
         self._event(event="lookup", req_id=request.request_id, num_tokens=request.num_tokens,
                     num_hashes=len(hashes), local_tokens=num_computed_tokens, stored_blocks=stored,
-                    worth_loading=worth, matched_tokens=ext * bs, asynchronous=is_async)
-        return ext * bs, is_async
+                    worth_loading=worth, matched_tokens=ext_tokens, asynchronous=is_async)
+        return ext_tokens, is_async
 
     def _expect(self, req_id: str, chain) -> None:
         """Tells the server that a waiting request will read `chain` (vLLM's waiting queue is
@@ -464,7 +464,7 @@ class KvtierConnector(KVConnectorBase_V1):
         if not num_external_tokens or plan is None:
             return {}
         return {CacheHitSource(src): n for src, n in hit_sources(
-            plan.ext_tiers(), self._tier_kinds, self._block_size).items()}
+            plan.ext_tiers(), self._tier_kinds, self._block_size, num_external_tokens).items()}
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int):
         plan = self._plans.get(request.request_id)

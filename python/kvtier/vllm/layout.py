@@ -26,20 +26,25 @@ def block_key(block_hash: bytes) -> bytes:
     return b[:KEY_BYTES]
 
 
-def matched_blocks(num_hashes: int, num_tokens: int, block_size: int, local_blocks: int, stored_prefix: int) -> int:
-    """Blocks kvtier can add beyond vLLM's local hit.
+def matched_tokens(num_hashes: int, num_tokens: int, block_size: int, local_blocks: int,
+                   stored_prefix: int) -> tuple[int, int]:
+    """(blocks, tokens) kvtier can add beyond vLLM's local hit.
 
     ``stored_prefix`` is kvtier's longest stored prefix of the request's chain (in blocks from
     block 0), ``local_blocks`` the blocks vLLM already has (block-aligned num_computed_tokens).
-    Only whole blocks count, and never the block holding the last token: vLLM must compute at
-    least one token to sample from, so the hit stops at (num_tokens - 1) // block_size blocks.
+    Every stored whole block counts, the one holding the prompt's last token too: vLLM must
+    compute at least one token to sample from, so the tokens stop one short of the prompt
+    (num_tokens - 1), and vLLM recomputes that last token over its loaded slot (as LMCache
+    does). Without it a block-aligned prompt would recompute a whole block.
     """
     if block_size <= 0:
         raise ValueError("block_size must be positive")
     if num_tokens <= 1:
-        return 0
-    limit = min(num_hashes, (num_tokens - 1) // block_size)
-    return max(0, min(stored_prefix, limit) - local_blocks)
+        return 0, 0
+    limit = min(num_hashes, num_tokens // block_size)
+    blocks = max(0, min(stored_prefix, limit) - local_blocks)
+    tokens = min(blocks * block_size, num_tokens - 1 - local_blocks * block_size)
+    return (blocks, tokens) if tokens > 0 else (0, 0)
 
 
 # Tiers a block is slow to come back from: a request whose blocks sit there is loaded
@@ -65,13 +70,20 @@ def load_asynchronously(mode: str, tiers: Sequence[int], tier_kinds: Sequence[st
     return any(not 0 <= t < len(tier_kinds) or tier_kinds[t] in SLOW_TIER_KINDS for t in tiers)
 
 
-def hit_sources(tiers: Sequence[int], tier_kinds: Sequence[str], block_size: int) -> dict:
-    """Tokens per vLLM CacheHitSource value for blocks in ``tiers``."""
+def hit_sources(tiers: Sequence[int], tier_kinds: Sequence[str], block_size: int,
+                tokens: Optional[int] = None) -> dict:
+    """Tokens per vLLM CacheHitSource value for blocks in ``tiers``, ``tokens`` of them in all
+    (default: every block whole; fewer when the last block is loaded for all but its last
+    token, matched_tokens)."""
     out: dict = {}
+    left = len(tiers) * block_size if tokens is None else tokens
     for t in tiers:
+        if left <= 0:
+            break
         kind = tier_kinds[t] if 0 <= t < len(tier_kinds) else ""
         source = _HIT_SOURCE_OF_KIND.get(kind, "external_unspecified")
-        out[source] = out.get(source, 0) + block_size
+        out[source] = out.get(source, 0) + min(block_size, left)
+        left -= block_size
     return out
 
 
@@ -113,8 +125,9 @@ class RequestPlan:
 
     def on_alloc(self, block_ids: Sequence[int], num_external_tokens: int) -> None:
         self.block_ids = list(block_ids)
-        # The scheduler may keep fewer external tokens than offered (it never takes more).
-        self.ext_blocks = min(self.ext_blocks, num_external_tokens // self.block_size)
+        # The scheduler may keep fewer external tokens than offered (it never takes more); a
+        # block it keeps part of is loaded whole, and vLLM computes over the rest of it.
+        self.ext_blocks = min(self.ext_blocks, -(-num_external_tokens // self.block_size))
         self.load_pending = self.ext_blocks > 0
 
     def set_blocks(self, block_ids: Sequence[int]) -> None:
