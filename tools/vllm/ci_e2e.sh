@@ -55,7 +55,9 @@ if ! ci_stage vllm.venv prepare_venv; then
 fi
 
 export KVTIER_BUILD_PYTHON="$PWD/build/release/python"
-ci_stage vllm.roundtrip.dram "$venv/bin/python" tools/vllm/e2e_connector.py roundtrip
+# A prompt that ends on a block boundary (1,024 tokens, blocks of 128): B loads all 8 blocks and
+# computes only the last token; the other two keep the 1,000-token prompt (7 whole blocks).
+ci_stage vllm.roundtrip.dram "$venv/bin/python" tools/vllm/e2e_connector.py roundtrip --prompt-len 1024
 ci_stage vllm.roundtrip.disk "$venv/bin/python" tools/vllm/e2e_connector.py roundtrip --tiers disk
 # Two nodes: engine B, on its own daemon, loads what engine A saved through the other daemon,
 # found in one shared Redis pool (docs/cluster.md).
