@@ -535,6 +535,7 @@ TEST(NvmeTier, EvictedSpaceTakesBlocksOfAnotherSizeAndSurvivesARestart) {
   Status refused;
   while ((refused = tier->Write(Key(1000 + stored), small)).ok()) ++stored;
   EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused.ToString();
+  ASSERT_GT(stored, 0u) << refused.ToString();
   const uint64_t slot_bytes = tier->LocationForTesting(Key(1000))->slot_bytes;
   EXPECT_GE(stored * slot_bytes, slot_area / 10 * 9) << stored << " blocks of " << slot_bytes << " bytes";
   // The journal now holds slabs of both sizes over the same space; the later ones win.
