@@ -15,6 +15,7 @@
 #include <map>
 #include <random>
 #include <unordered_set>
+#include <utility>
 #include <cstdlib>
 #include <cstring>
 #include <system_error>
@@ -510,8 +511,9 @@ Status NvmeTier::JournalSlab(const RegionSlab& slab) {
 // slabs: each old record in the tail is either a surviving one or replaced by a later one
 // in the tail.
 Status NvmeTier::CompactJournal(uint32_t file) {
-  std::vector<RegionSlab> old = std::move(journals_[file]);
-  journals_[file] = SurvivingSlabs(old);
+  std::vector<RegionSlab> surviving = SurvivingSlabs(journals_[file]);
+  if (surviving.size() == journals_[file].size()) return Status::Ok();  // nothing to drop: the journal stays full
+  std::vector<RegionSlab> old = std::exchange(journals_[file], std::move(surviving));
   const uint64_t pages = (journals_[file].size() + kRecordsPerPage - 1) / kRecordsPerPage;
   for (uint64_t page = 0; page < pages; ++page) {
     if (Status written = WriteJournalPage(file, page); !written.ok()) {
