@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <chrono>
@@ -135,22 +136,6 @@ std::optional<RegionSlab> DecodeRecord(uint64_t format_id, uint32_t file, const 
   const RegionSlab slab{.region = file, .offset = GetU64(at), .bytes = GetU64(at + 8), .slot_bytes = GetU64(at + 16)};
   if (GetU64(at + 24) != RecordCheck(format_id, slab)) return std::nullopt;
   return slab;
-}
-
-// The slabs a journal describes: records replay in order, and a record replaces every earlier
-// one it overlaps (a slab carved over the space of slabs released since). Sorted by offset.
-std::vector<RegionSlab> SurvivingSlabs(std::span<const RegionSlab> journal) {
-  std::map<uint64_t, RegionSlab> by_offset;
-  for (const RegionSlab& slab : journal) {
-    auto it = by_offset.upper_bound(slab.offset);
-    if (it != by_offset.begin() && std::prev(it)->second.offset + std::prev(it)->second.bytes > slab.offset) --it;
-    while (it != by_offset.end() && it->first < slab.offset + slab.bytes) it = by_offset.erase(it);
-    by_offset.emplace(slab.offset, slab);
-  }
-  std::vector<RegionSlab> surviving;
-  surviving.reserve(by_offset.size());
-  for (const auto& [offset, slab] : by_offset) surviving.push_back(slab);
-  return surviving;
 }
 
 uint64_t NewFormatId() {
@@ -301,6 +286,28 @@ Result<std::unique_ptr<NvmeTier>> NvmeTier::Open(const NvmeTierOptions& options)
     return self->JournalSlab(slab).WithContext("NVMe tier '" + self->name() + "'");
   });
   return tier;
+}
+
+std::vector<RegionSlab> NvmeTier::SurvivingSlabs(std::span<const RegionSlab> journal) {
+  std::map<uint64_t, std::size_t> by_offset;  // offset -> index in the journal
+  for (std::size_t r = 0; r < journal.size(); ++r) {
+    const RegionSlab& slab = journal[r];
+    auto it = by_offset.upper_bound(slab.offset);
+    if (it != by_offset.begin()) {
+      const RegionSlab& before = journal[std::prev(it)->second];
+      if (before.offset + before.bytes > slab.offset) --it;
+    }
+    while (it != by_offset.end() && it->first < slab.offset + slab.bytes) it = by_offset.erase(it);
+    by_offset.emplace(slab.offset, r);
+  }
+  std::vector<std::size_t> kept;
+  kept.reserve(by_offset.size());
+  for (const auto& [offset, r] : by_offset) kept.push_back(r);
+  std::sort(kept.begin(), kept.end());
+  std::vector<RegionSlab> surviving;
+  surviving.reserve(kept.size());
+  for (std::size_t r : kept) surviving.push_back(journal[r]);
+  return surviving;
 }
 
 uint64_t NvmeTier::MetadataBytes(uint64_t file_bytes) {
@@ -506,10 +513,12 @@ Status NvmeTier::JournalSlab(const RegionSlab& slab) {
   return written;
 }
 
-// Rewrites the journal as its surviving slabs, a page at a time from the front. A crash part
-// way leaves surviving records followed by the old log's tail, which replays to the same
-// slabs: each old record in the tail is either a surviving one or replaced by a later one
-// in the tail.
+// Rewrites the journal as its surviving records (in their order), a page at a time from the
+// front. A crash after k records leaves the first k survivors, then the old log from record
+// k on, which replays to the same slabs: a survivor among the old log's first k records is
+// among the first k survivors; an old record in the tail that did not survive is replaced by
+// a later one in the tail, and a survivor it overlaps comes after it in the tail too
+// (NvmeTier.AJournalCompactedPartWayReplaysToTheSameSlabs checks every page).
 Status NvmeTier::CompactJournal(uint32_t file) {
   std::vector<RegionSlab> surviving = SurvivingSlabs(journals_[file]);
   if (surviving.size() == journals_[file].size()) return Status::Ok();  // nothing to drop: the journal stays full

@@ -61,6 +61,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -81,6 +82,11 @@ class NvmeTier final : public Tier {
   // Bytes of a file before its slot area: the superblock and a journal large enough for
   // every slab the file can hold (slabs are at least 1 MiB, except at most 256 tail slots).
   static uint64_t MetadataBytes(uint64_t file_bytes);
+
+  // The slabs a journal's records describe: records replay in order, and a record replaces
+  // every earlier one it overlaps (a slab carved over the space of slabs released since).
+  // The surviving records, in their order in the journal.
+  static std::vector<RegionSlab> SurvivingSlabs(std::span<const RegionSlab> journal);
 
   static Result<std::unique_ptr<NvmeTier>> Open(const NvmeTierOptions& options);
   ~NvmeTier() override;
