@@ -37,7 +37,7 @@ void Prefetch(const std::byte* from, std::size_t bytes) {
 // instead of waiting for it (the hash alone made a read 0.7-0.8x of memcpy; docs/tiers.md).
 uint64_t CopyWithChecksumAvx2(std::byte* dst, const std::byte* src, std::size_t size) {
   if (size <= XXH3_MIDSIZE_MAX) {  // xxh3's short-input paths
-    std::memcpy(dst, src, size);
+    if (size != 0) std::memcpy(dst, src, size);  // an empty span may hold null pointers
     return XXH3_64bits(dst, size);
   }
   XXH_ALIGN(XXH_ACC_ALIGN) xxh_u64 acc[XXH_ACC_NB] = XXH3_INIT_ACC;
