@@ -210,8 +210,10 @@ TEST(BlockHasher, OptionsAreValidated) {
 }
 
 TEST(PayloadChecksum, CopyWithChecksumEqualsCopyThenChecksum) {
-  for (std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{4095}, std::size_t{32768}, std::size_t{100001},
-                           std::size_t{1} << 20}) {
+  // Around xxh3's short-input limit (240), its 1 KiB blocks and the 4 KiB copy chunks.
+  for (std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{240}, std::size_t{241}, std::size_t{1024},
+                           std::size_t{1025}, std::size_t{4095}, std::size_t{4096}, std::size_t{4097}, std::size_t{5121},
+                           std::size_t{32768}, std::size_t{100001}, std::size_t{1} << 20, (std::size_t{1} << 20) + 63}) {
     std::vector<std::byte> src(size);
     for (std::size_t i = 0; i < size; ++i) src[i] = static_cast<std::byte>((i * 7919) >> 3);
     std::vector<std::byte> dst(size + 8, std::byte{0});

@@ -7,9 +7,10 @@
 
 namespace kvtier::checksum_kernels {
 
-// Copies in chunks that stay in L1/L2 and hashes each chunk from there, so the bytes cross
-// the memory bus once for both jobs.
-inline constexpr std::size_t kCopyChunk = 16 * 1024;
+// Copies in chunks that stay in L1 and hashes each chunk from there, so the bytes cross the
+// memory bus once for both jobs. 4 KiB measured faster than 16 KiB with the prefetch of the
+// next chunk (CopyWithChecksumAvx2).
+inline constexpr std::size_t kCopyChunk = 4 * 1024;
 
 // Debian's libxxhash is built for baseline x86-64 (SSE2). Its AVX2 kernel is about twice as
 // fast, which turns a copy-and-checksum from half of memcpy's speed into nearly all of it

@@ -6,8 +6,8 @@
 // old slot there, so no reader can be copying a slot that is being reused: a Read sees the
 // old block or the new one, never a torn mix. A Read whose checksum fails drops the block
 // under the exclusive lock afterwards, only if the entry still has the generation it read.
-// Lock order: a shard lock, then the slab
-// allocator's mutex (Free under a shard lock); Allocate takes no shard lock.
+// Lock order: a shard lock, then the size-class allocator's mutex (Free under a shard lock);
+// Allocate takes no shard lock.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -17,7 +17,8 @@
 
 #include "kvtier/tiers.h"
 #include "tier/dram_tier.h"
-#include "tier/slab_allocator.h"
+#include "tier/memory_region.h"
+#include "tier/size_class_allocator.h"
 #include "tier/tier_counters.h"
 #include "tier/writer_checksum.h"
 
@@ -26,8 +27,12 @@ namespace {
 
 class MemoryTier final : public Tier {
  public:
-  MemoryTier(TierKind kind, std::string name, int shards, std::unique_ptr<SlabAllocator> slabs)
-      : kind_(kind), name_(std::move(name)), slabs_(std::move(slabs)), shards_(static_cast<std::size_t>(shards)) {}
+  MemoryTier(TierKind kind, std::string name, int shards, std::unique_ptr<MemoryRegion> region)
+      : kind_(kind),
+        name_(std::move(name)),
+        region_(std::move(region)),
+        slots_({region_->bytes()}),
+        shards_(static_cast<std::size_t>(shards)) {}
 
   TierKind kind() const override { return kind_; }
   const std::string& name() const override { return name_; }
@@ -37,15 +42,15 @@ class MemoryTier final : public Tier {
     const BlockKey& key = op.key;
     const std::span<const std::byte> payload = op.payload;
     if (payload.empty()) return Fail(Status::InvalidArgument(name() + ": cannot store an empty payload"));
-    std::byte* slot = slabs_->Allocate(payload.size());
-    if (slot == nullptr) {
-      return Fail(Status::ResourceExhausted(name() + ": no room for a " + std::to_string(payload.size()) +
-                                            "-byte block (capacity " + std::to_string(slabs_->region_bytes()) +
-                                            " bytes); evict blocks first"));
+    Result<RegionSlot> allocated = slots_.Allocate(SizeClassAllocator::RoundUp(payload.size()));
+    if (!allocated.ok()) {
+      return Fail(allocated.status().WithContext(name() + ": no room for a " + std::to_string(payload.size()) +
+                                                 "-byte block"));
     }
+    std::byte* const slot = region_->data() + allocated->offset;
     const uint64_t checksum = CopyWithChecksum(std::span(slot, payload.size()), payload);
     if (Status matched = CheckWriterChecksum(name(), key, op.checksum, checksum); !matched.ok()) {
-      slabs_->Free(slot, payload.size());
+      FreeSlot(slot, payload.size());
       return Fail(std::move(matched));
     }
     const Entry entry{slot, payload.size(), checksum, next_generation_.fetch_add(1, std::memory_order_relaxed)};
@@ -55,7 +60,7 @@ class MemoryTier final : public Tier {
       auto [it, inserted] = shard.blocks.try_emplace(key, entry);
       if (!inserted) {
         used_bytes_ -= it->second.size;
-        slabs_->Free(it->second.slot, it->second.size);
+        FreeSlot(it->second.slot, it->second.size);
         it->second = entry;
       } else {
         blocks_.fetch_add(1, std::memory_order_relaxed);
@@ -128,7 +133,7 @@ class MemoryTier final : public Tier {
 
   TierStats GetStats() const override {
     TierStats s;
-    s.capacity_bytes = slabs_->region_bytes();
+    s.capacity_bytes = region_->bytes();
     s.used_bytes = used_bytes_.load(std::memory_order_relaxed);
     s.blocks = blocks_.load(std::memory_order_relaxed);
     counters_.Fill(s);
@@ -161,9 +166,12 @@ class MemoryTier final : public Tier {
   // Requires the shard's exclusive lock.
   void EraseLocked(Shard& shard, std::unordered_map<BlockKey, Entry, BlockKeyHash>::iterator it) {
     used_bytes_ -= it->second.size;
-    slabs_->Free(it->second.slot, it->second.size);
+    FreeSlot(it->second.slot, it->second.size);
     shard.blocks.erase(it);
     blocks_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  void FreeSlot(std::byte* slot, std::size_t size) {
+    slots_.Free({0, static_cast<uint64_t>(slot - region_->data())}, SizeClassAllocator::RoundUp(size));
   }
   Shard& ShardFor(const BlockKey& key) { return shards_[BlockKeyHash{}(key) % shards_.size()]; }
   const Shard& ShardFor(const BlockKey& key) const { return shards_[BlockKeyHash{}(key) % shards_.size()]; }
@@ -174,7 +182,8 @@ class MemoryTier final : public Tier {
 
   const TierKind kind_;
   const std::string name_;
-  const std::unique_ptr<SlabAllocator> slabs_;
+  const std::unique_ptr<MemoryRegion> region_;
+  SizeClassAllocator slots_;
   std::vector<Shard> shards_;
   std::atomic<uint64_t> used_bytes_{0}, blocks_{0}, next_generation_{1};
   TierCounters counters_;
@@ -200,13 +209,14 @@ void SetDramFailedReadHookForTesting(Tier* tier, std::function<void()> hook) {
 
 Result<std::unique_ptr<Tier>> NewDramTier(const DramTierOptions& options) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SlabAllocator> slabs,
-                          SlabAllocator::Create({.capacity_bytes = options.capacity_bytes,
-                                                 .numa_node = options.numa_node,
-                                                 .lock_memory = options.lock_memory,
-                                                 .huge_pages = options.huge_pages,
-                                                 .pin_for_gpu = options.pin_for_gpu}));
-  return std::unique_ptr<Tier>(std::make_unique<MemoryTier>(TierKind::kCpuDram, options.name, options.shards, std::move(slabs)));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<MemoryRegion> region,
+                          MemoryRegion::Create({.capacity_bytes = options.capacity_bytes,
+                                                .numa_node = options.numa_node,
+                                                .lock_memory = options.lock_memory,
+                                                .huge_pages = options.huge_pages,
+                                                .pin_for_gpu = options.pin_for_gpu}));
+  return std::unique_ptr<Tier>(
+      std::make_unique<MemoryTier>(TierKind::kCpuDram, options.name, options.shards, std::move(region)));
 }
 
 Status CxlTierOptions::Validate() const {
@@ -218,13 +228,14 @@ Status CxlTierOptions::Validate() const {
 
 Result<std::unique_ptr<Tier>> NewCxlTier(const CxlTierOptions& options) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SlabAllocator> slabs,
-                          SlabAllocator::Create({.capacity_bytes = options.capacity_bytes,
-                                                 .numa_node = options.numa_node,
-                                                 .lock_memory = false,
-                                                 .huge_pages = false,
-                                                 .backing_file = options.path}));
-  return std::unique_ptr<Tier>(std::make_unique<MemoryTier>(TierKind::kCxlMemory, options.name, options.shards, std::move(slabs)));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<MemoryRegion> region,
+                          MemoryRegion::Create({.capacity_bytes = options.capacity_bytes,
+                                                .numa_node = options.numa_node,
+                                                .lock_memory = false,
+                                                .huge_pages = false,
+                                                .backing_file = options.path}));
+  return std::unique_ptr<Tier>(
+      std::make_unique<MemoryTier>(TierKind::kCxlMemory, options.name, options.shards, std::move(region)));
 }
 
 }  // namespace kvtier

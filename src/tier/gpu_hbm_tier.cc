@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tier/file_slot_allocator.h"
+#include "tier/size_class_allocator.h"
 #include "tier/tier_counters.h"
 #include "tier/writer_checksum.h"
 #endif
@@ -104,12 +104,12 @@ class DevicePool {
 
   std::byte* base() const { return base_; }
   uint64_t bytes() const { return slots_.total_bytes(); }
-  FileSlotAllocator& slots() { return slots_; }
+  SizeClassAllocator& slots() { return slots_; }
 
  private:
   const int device_;
   std::byte* const base_;
-  FileSlotAllocator slots_;
+  SizeClassAllocator slots_;
 };
 
 // One slot of the pool, returned to the allocator when the last reference goes.
@@ -270,13 +270,13 @@ class GpuHbmTier final : public Tier {
         results[i] = Status::InvalidArgument(name_ + ": cannot store an empty payload");
         continue;
       }
-      slots[i] = AllocateSlot(op.payload.size());
-      if (slots[i] == nullptr) {
-        results[i] = Status::ResourceExhausted(name_ + ": no room for a " + std::to_string(op.payload.size()) +
-                                               "-byte block (capacity " + std::to_string(pool_->bytes()) +
-                                               " bytes); evict blocks first");
+      Result<std::shared_ptr<DeviceSlot>> slot = AllocateSlot(op.payload.size());
+      if (!slot.ok()) {
+        results[i] = slot.status().WithContext(name_ + ": no room for a " + std::to_string(op.payload.size()) +
+                                               "-byte block");
         continue;
       }
+      slots[i] = std::move(*slot);
       transfers[i].device = slots[i]->data();
       transfers[i].src = op.payload.data();
       transfers[i].size = op.payload.size();
@@ -424,11 +424,10 @@ class GpuHbmTier final : public Tier {
     return it->second;
   }
 
-  std::shared_ptr<DeviceSlot> AllocateSlot(std::size_t size) {
-    const uint64_t bytes = FileSlotAllocator::RoundUp(size);
-    std::optional<FileSlot> slot = pool_->slots().Allocate(bytes);
-    if (!slot) return nullptr;
-    return std::make_shared<DeviceSlot>(pool_, slot->offset, bytes);
+  Result<std::shared_ptr<DeviceSlot>> AllocateSlot(std::size_t size) {
+    const uint64_t bytes = SizeClassAllocator::RoundUp(size);
+    KVTIER_ASSIGN_OR_RETURN(RegionSlot slot, pool_->slots().Allocate(bytes));
+    return std::make_shared<DeviceSlot>(pool_, slot.offset, bytes);
   }
 
   void Commit(const BlockKey& key, Entry entry) {
@@ -578,7 +577,7 @@ Result<std::unique_ptr<Tier>> NewGpuHbmTier(const GpuHbmTierOptions& options) {
   if (scope.error() != cudaSuccess) {
     return Status::Unavailable(who + ": " + CudaMessage("cudaSetDevice", scope.error()));
   }
-  const uint64_t bytes = FileSlotAllocator::RoundUp(options.capacity_bytes);
+  const uint64_t bytes = SizeClassAllocator::RoundUp(options.capacity_bytes);
   void* base = nullptr;
   if (const cudaError_t error = cudaMalloc(&base, bytes); error != cudaSuccess) {
     const std::string message =

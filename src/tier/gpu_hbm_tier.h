@@ -2,7 +2,7 @@
 // NewGpuHbmTier in tiers.h).
 //
 // Layout: one cudaMalloc'd pool on the tier's device, carved into 4 KiB-aligned slots in
-// size classes by the NVMe tier's offset allocator (file_slot_allocator.h, over one "file":
+// size classes by the tiers' offset allocator (size_class_allocator.h, over one region:
 // the pool). Each stored block is a reference-counted slot plus its size and xxh3-64
 // checksum, indexed in 16 sharded maps. A slot returns to the allocator only when the index
 // and every reader or DeviceSpan have let go of it, so an evicted or replaced block is never

@@ -10,7 +10,7 @@
 
 #include "kvtier/tiers.h"
 #include "port/cuda_device.h"
-#include "tier/slab_allocator.h"
+#include "tier/memory_region.h"
 
 namespace kvtier {
 namespace {
@@ -66,12 +66,12 @@ TEST(GpuHbmTier, DeviceAccessRefusesOtherTiers) {
 
 // DramTierOptions::pin_for_gpu: the region is page-locked exactly where a GPU answers.
 TEST(GpuHbmTier, DramRegionIsPinnedOnlyWhereAGpuAnswers) {
-  Result<std::unique_ptr<SlabAllocator>> slabs =
-      SlabAllocator::Create({.capacity_bytes = 2u << 20, .lock_memory = false, .pin_for_gpu = true});
-  ASSERT_TRUE(slabs.ok()) << slabs.status().ToString();
-  EXPECT_EQ((*slabs)->pinned_for_gpu(), GpuPresent());
-  Result<std::unique_ptr<SlabAllocator>> unpinned =
-      SlabAllocator::Create({.capacity_bytes = 2u << 20, .lock_memory = false});
+  Result<std::unique_ptr<MemoryRegion>> region =
+      MemoryRegion::Create({.capacity_bytes = 2u << 20, .lock_memory = false, .pin_for_gpu = true});
+  ASSERT_TRUE(region.ok()) << region.status().ToString();
+  EXPECT_EQ((*region)->pinned_for_gpu(), GpuPresent());
+  Result<std::unique_ptr<MemoryRegion>> unpinned =
+      MemoryRegion::Create({.capacity_bytes = 2u << 20, .lock_memory = false});
   ASSERT_TRUE(unpinned.ok());
   EXPECT_FALSE((*unpinned)->pinned_for_gpu());
 }

@@ -9,11 +9,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <chrono>
+#include <map>
 #include <random>
 #include <unordered_set>
+#include <utility>
 #include <cstdlib>
 #include <cstring>
 #include <system_error>
@@ -33,7 +36,7 @@ constexpr uint64_t kSuperMagic = 0x31534D564E54564Bull;  // "KVTNVMS1"
 constexpr uint32_t kSuperVersion = 1;
 constexpr std::size_t kSuperChecked = 56;
 constexpr uint64_t kJournalRecordBytes = 32;
-constexpr uint64_t kRecordsPerPage = FileSlotAllocator::kAlignment / kJournalRecordBytes;
+constexpr uint64_t kRecordsPerPage = SizeClassAllocator::kAlignment / kJournalRecordBytes;
 constexpr std::size_t kRecoveryBatch = 256;              // slot headers read per I/O batch
 constexpr unsigned kRings = 4;               // concurrent batches in flight before one waits
 constexpr int kReadAttempts = 3;             // reads that race with a slot's reuse retry
@@ -117,20 +120,20 @@ std::optional<Superblock> DecodeSuperblock(const std::byte* page) {
 }
 
 // The check of a journal record ties it to its format: records of an earlier format fail it.
-uint64_t RecordCheck(uint64_t format_id, const FileSlab& slab) {
+uint64_t RecordCheck(uint64_t format_id, const RegionSlab& slab) {
   const uint64_t words[4] = {format_id, slab.offset, slab.bytes, slab.slot_bytes};
   return PayloadChecksum(std::as_bytes(std::span(words)));
 }
 
-void EncodeRecord(uint64_t format_id, const FileSlab& slab, std::byte* at) {
+void EncodeRecord(uint64_t format_id, const RegionSlab& slab, std::byte* at) {
   PutU64(at + 0, slab.offset);
   PutU64(at + 8, slab.bytes);
   PutU64(at + 16, slab.slot_bytes);
   PutU64(at + 24, RecordCheck(format_id, slab));
 }
 
-std::optional<FileSlab> DecodeRecord(uint64_t format_id, uint32_t file, const std::byte* at) {
-  const FileSlab slab{.file = file, .offset = GetU64(at), .bytes = GetU64(at + 8), .slot_bytes = GetU64(at + 16)};
+std::optional<RegionSlab> DecodeRecord(uint64_t format_id, uint32_t file, const std::byte* at) {
+  const RegionSlab slab{.region = file, .offset = GetU64(at), .bytes = GetU64(at + 8), .slot_bytes = GetU64(at + 16)};
   if (GetU64(at + 24) != RecordCheck(format_id, slab)) return std::nullopt;
   return slab;
 }
@@ -179,11 +182,11 @@ Status NvmeTierOptions::Validate() const {
   }
   if (capacity_bytes == 0) return Status::InvalidArgument(who + ": capacity_bytes must be > 0");
   const uint64_t per_file = capacity_bytes / files.size();
-  if (per_file < NvmeTier::MetadataBytes(per_file) + 2 * FileSlotAllocator::kAlignment) {
+  if (per_file < NvmeTier::MetadataBytes(per_file) + 2 * SizeClassAllocator::kAlignment) {
     return Status::InvalidArgument(who + ": capacity_bytes " + std::to_string(capacity_bytes) +
                                    " leaves too little per file for its superblock, slab journal and one block");
   }
-  if (slot_bytes != 0 && (slot_bytes % FileSlotAllocator::kAlignment != 0 || slot_bytes < 2 * NvmeTier::kHeaderBytes)) {
+  if (slot_bytes != 0 && (slot_bytes % SizeClassAllocator::kAlignment != 0 || slot_bytes < 2 * NvmeTier::kHeaderBytes)) {
     return Status::InvalidArgument(who + ": slot_bytes must be 0 (size classes) or a multiple of 4096 of at least 8192, got " +
                                    std::to_string(slot_bytes));
   }
@@ -214,8 +217,8 @@ bool NvmeTier::gds_available() {
 Result<std::unique_ptr<NvmeTier>> NvmeTier::Open(const NvmeTierOptions& options) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
   const std::string who = "NVMe tier '" + options.name + "'";
-  const uint64_t file_bytes = options.capacity_bytes / options.files.size() / FileSlotAllocator::kAlignment *
-                              FileSlotAllocator::kAlignment;
+  const uint64_t file_bytes = options.capacity_bytes / options.files.size() / SizeClassAllocator::kAlignment *
+                              SizeClassAllocator::kAlignment;
   FdGuard guard;
   bool direct = true;
   for (const std::string& path : options.files) {
@@ -279,13 +282,37 @@ Result<std::unique_ptr<NvmeTier>> NvmeTier::Open(const NvmeTierOptions& options)
   if (tier->io_ == nullptr) tier->io_ = NewPosixBlockIo(fds);
   KVTIER_RETURN_IF_ERROR(tier->FormatOrRecover());
   NvmeTier* self = tier.get();
-  tier->slots_.SetSlabListener([self](const FileSlab& slab) { return self->JournalSlab(slab); });
+  tier->slots_.SetSlabListener([self](const RegionSlab& slab) {
+    return self->JournalSlab(slab).WithContext("NVMe tier '" + self->name() + "'");
+  });
   return tier;
+}
+
+std::vector<RegionSlab> NvmeTier::SurvivingSlabs(std::span<const RegionSlab> journal) {
+  std::map<uint64_t, std::size_t> by_offset;  // offset -> index in the journal
+  for (std::size_t r = 0; r < journal.size(); ++r) {
+    const RegionSlab& slab = journal[r];
+    auto it = by_offset.upper_bound(slab.offset);
+    if (it != by_offset.begin()) {
+      const RegionSlab& before = journal[std::prev(it)->second];
+      if (before.offset + before.bytes > slab.offset) --it;
+    }
+    while (it != by_offset.end() && it->first < slab.offset + slab.bytes) it = by_offset.erase(it);
+    by_offset.emplace(slab.offset, r);
+  }
+  std::vector<std::size_t> kept;
+  kept.reserve(by_offset.size());
+  for (const auto& [offset, r] : by_offset) kept.push_back(r);
+  std::sort(kept.begin(), kept.end());
+  std::vector<RegionSlab> surviving;
+  surviving.reserve(kept.size());
+  for (std::size_t r : kept) surviving.push_back(journal[r]);
+  return surviving;
 }
 
 uint64_t NvmeTier::MetadataBytes(uint64_t file_bytes) {
   const uint64_t records = file_bytes / (uint64_t{1} << 20) + 257;
-  return kSuperblockBytes + FileSlotAllocator::RoundUp(records * kJournalRecordBytes);
+  return kSuperblockBytes + SizeClassAllocator::RoundUp(records * kJournalRecordBytes);
 }
 
 Status NvmeTier::FormatOrRecover() {
@@ -367,8 +394,8 @@ Status NvmeTier::Recover(uint64_t format_id) {
   const uint64_t journal_bytes = data_offset_ - kSuperblockBytes;
   AlignedBufferPool::Buffer journal = io_buffers_.Acquire(journal_bytes);
   if (journal == nullptr) return Status::ResourceExhausted(who + ": cannot allocate the journal buffer");
-  // 1. The slabs of each file, in the order they were carved.
-  std::vector<FileSlab> slabs;
+  // 1. The slabs of each file.
+  std::vector<RegionSlab> slabs;
   for (std::size_t f = 0; f < fds_.size(); ++f) {
     IoRequest request{.file = static_cast<uint32_t>(f), .write = false, .buffer = journal.get(),
                       .length = journal_bytes, .offset = kSuperblockBytes};
@@ -377,25 +404,26 @@ Status NvmeTier::Recover(uint64_t format_id) {
       return Status::IoError(who + ": cannot read the slab journal of '" + options_.files[f] + "': " + Errno(request.error));
     }
     for (uint64_t r = 0; r < journal_bytes / kJournalRecordBytes; ++r) {
-      std::optional<FileSlab> slab = DecodeRecord(format_id, static_cast<uint32_t>(f), journal.get() + r * kJournalRecordBytes);
+      std::optional<RegionSlab> slab = DecodeRecord(format_id, static_cast<uint32_t>(f), journal.get() + r * kJournalRecordBytes);
       if (!slab) break;
       journals_[f].push_back(*slab);
-      slabs.push_back(*slab);
     }
+    const std::vector<RegionSlab> surviving = SurvivingSlabs(journals_[f]);
+    slabs.insert(slabs.end(), surviving.begin(), surviving.end());
   }
   // 2. Every slot's header; per key, the valid one with the highest generation wins.
   struct Found {
-    FileSlot slot;
+    RegionSlot slot;
     uint64_t slot_bytes;
     Header header;
   };
   std::unordered_map<BlockKey, Found, BlockKeyHash> winners;
   std::vector<Found> losers;
-  std::vector<std::pair<FileSlot, uint64_t>> slots;
-  for (const FileSlab& slab : slabs) {
+  std::vector<std::pair<RegionSlot, uint64_t>> slots;
+  for (const RegionSlab& slab : slabs) {
     if (slab.slot_bytes == 0 || slab.bytes % slab.slot_bytes != 0) continue;  // RestoreSlab refuses it below
     for (uint64_t at = slab.offset; at < slab.offset + slab.bytes; at += slab.slot_bytes) {
-      slots.push_back({{slab.file, at}, slab.slot_bytes});
+      slots.push_back({{slab.region, at}, slab.slot_bytes});
     }
   }
   AlignedBufferPool::Buffer headers = io_buffers_.Acquire(kRecoveryBatch * kHeaderBytes);
@@ -405,22 +433,22 @@ Status NvmeTier::Recover(uint64_t format_id) {
     const std::size_t count = std::min(kRecoveryBatch, slots.size() - begin);
     std::vector<IoRequest> requests(count);
     for (std::size_t k = 0; k < count; ++k) {
-      const FileSlot& slot = slots[begin + k].first;
-      requests[k] = {.file = slot.file, .write = false, .buffer = headers.get() + k * kHeaderBytes,
+      const RegionSlot& slot = slots[begin + k].first;
+      requests[k] = {.file = slot.region, .write = false, .buffer = headers.get() + k * kHeaderBytes,
                      .length = kHeaderBytes, .offset = data_offset_ + slot.offset};
     }
     io_->Run(requests);
     for (std::size_t k = 0; k < count; ++k) {
       const auto& [slot, slot_bytes] = slots[begin + k];
       if (requests[k].error != 0) {
-        return Status::IoError(who + ": cannot read a slot header of '" + options_.files[slot.file] + "' at offset " +
+        return Status::IoError(who + ": cannot read a slot header of '" + options_.files[slot.region] + "' at offset " +
                                std::to_string(data_offset_ + slot.offset) + ": " + Errno(requests[k].error));
       }
       std::optional<Header> header = DecodeHeader(headers.get() + k * kHeaderBytes);
       // A slot at least as large as its block: files written with other size classes (exact
       // 4 KiB ones before) recover too.
       if (!header || header->format_id != format_id || header->size == 0 ||
-          FileSlotAllocator::RoundUp(kHeaderBytes + header->size) > slot_bytes) {
+          SizeClassAllocator::RoundUp(kHeaderBytes + header->size) > slot_bytes) {
         continue;  // a free slot, a torn header, or one from an earlier format
       }
       max_generation = std::max(max_generation, header->generation);
@@ -434,14 +462,14 @@ Status NvmeTier::Recover(uint64_t format_id) {
   // write that replaced it and the zeroing of its header) would come back once the newer one
   // is evicted: its slot is retired below, not freed.
   std::unordered_set<uint64_t> occupied;  // file << 48 | offset
-  auto slot_id = [](FileSlot slot) { return uint64_t{slot.file} << 48 | slot.offset; };
+  auto slot_id = [](RegionSlot slot) { return uint64_t{slot.region} << 48 | slot.offset; };
   for (const auto& [key, found] : winners) occupied.insert(slot_id(found.slot));
   for (const Found& loser : losers) occupied.insert(slot_id(loser.slot));
-  for (const FileSlab& slab : slabs) {
-    if (!slots_.RestoreSlab(slab, [&](FileSlot slot) { return occupied.contains(slot_id(slot)); })) {
-      return Status::Corruption(who + ": the slab journal of '" + options_.files[slab.file] + "' names a slab at " +
-                                std::to_string(slab.offset) + " (" + std::to_string(slab.bytes) +
-                                " bytes) that does not fit the file; set recover: false to discard its blocks");
+  for (const RegionSlab& slab : slabs) {
+    if (Status restored = slots_.RestoreSlab(slab, [&](RegionSlot slot) { return occupied.contains(slot_id(slot)); });
+        !restored.ok()) {
+      return Status::Corruption(who + ": the slab journal of '" + options_.files[slab.region] + "' is damaged (" +
+                                restored.message() + "); set recover: false to discard its blocks");
     }
   }
   {
@@ -463,30 +491,68 @@ Status NvmeTier::Recover(uint64_t format_id) {
   return Status::Ok();
 }
 
-bool NvmeTier::JournalSlab(const FileSlab& slab) {
-  std::vector<FileSlab>& journal = journals_[slab.file];
-  const uint64_t record = journal.size();
-  if ((record + 1) * kJournalRecordBytes > data_offset_ - kSuperblockBytes) return false;  // MetadataBytes bounds it
-  journal.push_back(slab);
-  // Rewrite the record's page from the records in memory (O_DIRECT writes whole pages).
-  const uint64_t page = record / kRecordsPerPage;
-  AlignedBufferPool::Buffer buffer = io_buffers_.Acquire(FileSlotAllocator::kAlignment);
-  if (buffer == nullptr) {
-    journal.pop_back();
-    return false;
+uint64_t NvmeTier::JournalCapacity() const { return (data_offset_ - kSuperblockBytes) / kJournalRecordBytes; }
+
+// Appends a record. Replay stops at the first record that fails its check, so before a record
+// fills its page the next page is zeroed: a replay never runs on into records that a
+// compaction left behind further on.
+Status NvmeTier::JournalSlab(const RegionSlab& slab) {
+  std::vector<RegionSlab>& journal = journals_[slab.region];
+  if (journal.size() == JournalCapacity()) KVTIER_RETURN_IF_ERROR(CompactJournal(slab.region));
+  if (journal.size() == JournalCapacity()) {
+    return Status::ResourceExhausted("the slab journal of '" + options_.files[slab.region] + "' is full (" +
+                                     std::to_string(journal.size()) + " slabs); evict blocks first");
   }
-  std::memset(buffer.get(), 0, FileSlotAllocator::kAlignment);
-  for (uint64_t r = page * kRecordsPerPage; r < journal.size(); ++r) {
+  const uint64_t page = journal.size() / kRecordsPerPage;
+  if ((journal.size() + 1) % kRecordsPerPage == 0 && (page + 1) * kRecordsPerPage < JournalCapacity()) {
+    KVTIER_RETURN_IF_ERROR(WriteJournalPage(slab.region, page + 1));
+  }
+  journal.push_back(slab);
+  Status written = WriteJournalPage(slab.region, page);
+  if (!written.ok()) journal.pop_back();
+  return written;
+}
+
+// Rewrites the journal as its surviving records (in their order), a page at a time from the
+// front. A crash after k records leaves the first k survivors, then the old log from record
+// k on, which replays to the same slabs: a survivor among the old log's first k records is
+// among the first k survivors; an old record in the tail that did not survive is replaced by
+// a later one in the tail, and a survivor it overlaps comes after it in the tail too
+// (NvmeTier.AJournalCompactedPartWayReplaysToTheSameSlabs checks every page).
+Status NvmeTier::CompactJournal(uint32_t file) {
+  std::vector<RegionSlab> surviving = SurvivingSlabs(journals_[file]);
+  if (surviving.size() == journals_[file].size()) return Status::Ok();  // nothing to drop: the journal stays full
+  std::vector<RegionSlab> old = std::exchange(journals_[file], std::move(surviving));
+  const uint64_t pages = (journals_[file].size() + kRecordsPerPage - 1) / kRecordsPerPage;
+  for (uint64_t page = 0; page < pages; ++page) {
+    if (Status written = WriteJournalPage(file, page); !written.ok()) {
+      journals_[file] = std::move(old);  // the disk holds new pages before the old tail: it replays as `old`
+      return written;
+    }
+  }
+  if (journals_[file].size() % kRecordsPerPage == 0 && journals_[file].size() < JournalCapacity()) {
+    // Ends the replay at the compacted records; should it fail, the old tail after them still replays the same.
+    (void)WriteJournalPage(file, pages);
+  }
+  return Status::Ok();
+}
+
+// Writes page `page` of `file`'s journal from the records in memory, zeros after the last.
+Status NvmeTier::WriteJournalPage(uint32_t file, uint64_t page) {
+  const std::vector<RegionSlab>& journal = journals_[file];
+  AlignedBufferPool::Buffer buffer = io_buffers_.Acquire(SizeClassAllocator::kAlignment);
+  if (buffer == nullptr) return Status::ResourceExhausted("cannot allocate a journal buffer");
+  std::memset(buffer.get(), 0, SizeClassAllocator::kAlignment);
+  for (uint64_t r = page * kRecordsPerPage; r < std::min<uint64_t>(journal.size(), (page + 1) * kRecordsPerPage); ++r) {
     EncodeRecord(format_id_, journal[r], buffer.get() + (r - page * kRecordsPerPage) * kJournalRecordBytes);
   }
-  IoRequest request{.file = slab.file, .write = true, .buffer = buffer.get(), .length = FileSlotAllocator::kAlignment,
-                    .offset = kSuperblockBytes + page * FileSlotAllocator::kAlignment};
+  IoRequest request{.file = file, .write = true, .buffer = buffer.get(), .length = SizeClassAllocator::kAlignment,
+                    .offset = kSuperblockBytes + page * SizeClassAllocator::kAlignment};
   io_->Run({&request, 1});
   if (request.error != 0) {
-    journal.pop_back();
-    return false;
+    return Status::IoError("cannot write the slab journal of '" + options_.files[file] + "': " + Errno(request.error));
   }
-  return true;
+  return Status::Ok();
 }
 
 Status NvmeTier::RetireSlots(std::span<const Entry> entries) {
@@ -501,7 +567,7 @@ Status NvmeTier::RetireSlots(std::span<const Entry> entries) {
   AlignedBufferPool::Buffer zeros = io_buffers_.Acquire(kHeaderBytes);
   std::vector<IoRequest> requests;
   for (const Entry& e : retiring) {
-    requests.push_back({.file = e.slot.file, .write = true, .buffer = zeros.get(), .length = kHeaderBytes,
+    requests.push_back({.file = e.slot.region, .write = true, .buffer = zeros.get(), .length = kHeaderBytes,
                         .offset = data_offset_ + e.slot.offset, .error = ENOMEM});
   }
   if (zeros != nullptr) {
@@ -522,7 +588,7 @@ Status NvmeTier::RetireSlots(std::span<const Entry> entries) {
     if (k >= entries.size()) continue;  // counted when it first failed
     counters_.evict_failures.fetch_add(1, std::memory_order_relaxed);
     if (status.ok()) {
-      status = Status::IoError("cannot zero the header of its slot in '" + options_.files[e.slot.file] + "' at offset " +
+      status = Status::IoError("cannot zero the header of its slot in '" + options_.files[e.slot.region] + "' at offset " +
                                std::to_string(data_offset_ + e.slot.offset) + " (" + Errno(requests[k].error) +
                                "); a restart could bring it back until a later eviction zeroes the header");
     }
@@ -547,11 +613,11 @@ NvmeTier::~NvmeTier() {
 }
 
 uint64_t NvmeTier::SlotBytesFor(uint64_t payload_bytes) const {
-  const uint64_t needed = FileSlotAllocator::RoundUp(kHeaderBytes + payload_bytes);
+  const uint64_t needed = SizeClassAllocator::RoundUp(kHeaderBytes + payload_bytes);
   if (options_.slot_bytes != 0) return needed <= options_.slot_bytes ? options_.slot_bytes : 0;
   // Size classes an eighth of an octave apart above 64 KiB (at most 12.5% of a slot unused):
-  // a slab never changes class, so exact 4 KiB classes would strand the space of a workload
-  // with varied block sizes among hundreds of classes.
+  // exact 4 KiB classes would leave a workload with varied block sizes hundreds of classes,
+  // each holding partly used slabs that no other class can take.
   if (needed <= (uint64_t{64} << 10)) return needed;
   const uint64_t step = std::bit_floor(needed) / 8;
   return (needed + step - 1) / step * step;
@@ -593,14 +659,12 @@ std::vector<Status> NvmeTier::WriteBatch(std::span<const WriteOp> ops) {
           std::to_string(options_.slot_bytes)));
       continue;
     }
-    std::optional<FileSlot> slot = slots_.Allocate(slot_bytes);
-    if (!slot) {
-      results[i] = WriteFailed(Status::ResourceExhausted(
-          name() + ": no room for a " + std::to_string(size) + "-byte block (capacity " +
-          std::to_string(slots_.total_bytes()) + " bytes); evict blocks first"));
+    Result<RegionSlot> slot = slots_.Allocate(slot_bytes);
+    if (!slot.ok()) {
+      results[i] = WriteFailed(slot.status().WithContext(name() + ": no room for a " + std::to_string(size) + "-byte block"));
       continue;
     }
-    const uint64_t io_bytes = FileSlotAllocator::RoundUp(kHeaderBytes + size);
+    const uint64_t io_bytes = SizeClassAllocator::RoundUp(kHeaderBytes + size);
     AlignedBufferPool::Buffer buffer = io_buffers_.Acquire(io_bytes);
     if (buffer == nullptr) {
       slots_.Free(*slot, slot_bytes);
@@ -623,7 +687,7 @@ std::vector<Status> NvmeTier::WriteBatch(std::span<const WriteOp> ops) {
                  buffer.get());
     std::memset(buffer.get() + kHeaderBytes + size, 0, io_bytes - kHeaderBytes - size);
     requests.push_back(
-        {.file = slot->file, .write = true, .buffer = buffer.get(), .length = io_bytes, .offset = data_offset_ + slot->offset});
+        {.file = slot->region, .write = true, .buffer = buffer.get(), .length = io_bytes, .offset = data_offset_ + slot->offset});
     pending.push_back({i, entry, std::move(buffer)});
   }
   if (!requests.empty()) io_->Run(requests);
@@ -635,7 +699,7 @@ std::vector<Status> NvmeTier::WriteBatch(std::span<const WriteOp> ops) {
     const BlockKey& key = ops[p.op].key;
     if (const int error = requests[k].error; error != 0) {
       slots_.Free(p.entry.slot, p.entry.slot_bytes);
-      std::string message = name() + ": writing block " + key.ToHex() + " to '" + options_.files[p.entry.slot.file] +
+      std::string message = name() + ": writing block " + key.ToHex() + " to '" + options_.files[p.entry.slot.region] +
                             "' at offset " + std::to_string(data_offset_ + p.entry.slot.offset) + " failed: " + Errno(error);
       results[p.op] = WriteFailed(error == ENOSPC || error == EDQUOT ? Status::ResourceExhausted(std::move(message))
                                                                      : Status::IoError(std::move(message)));
@@ -692,14 +756,14 @@ std::vector<Result<std::size_t>> NvmeTier::ReadBatch(std::span<const ReadOp> ops
     std::vector<IoRequest> requests;
     std::vector<Pending*> issued;
     for (Pending& p : pending) {
-      const uint64_t io_bytes = FileSlotAllocator::RoundUp(kHeaderBytes + p.entry.size);
+      const uint64_t io_bytes = SizeClassAllocator::RoundUp(kHeaderBytes + p.entry.size);
       p.buffer = io_buffers_.Acquire(io_bytes);
       if (p.buffer == nullptr) {
         results[p.op] = Status::ResourceExhausted(name() + ": cannot allocate a " + std::to_string(io_bytes) +
                                                   "-byte I/O buffer");
         continue;
       }
-      requests.push_back({.file = p.entry.slot.file, .write = false, .buffer = p.buffer.get(), .length = io_bytes,
+      requests.push_back({.file = p.entry.slot.region, .write = false, .buffer = p.buffer.get(), .length = io_bytes,
                           .offset = data_offset_ + p.entry.slot.offset});
       issued.push_back(&p);
     }
@@ -711,7 +775,7 @@ std::vector<Result<std::size_t>> NvmeTier::ReadBatch(std::span<const ReadOp> ops
       const ReadOp& op = ops[p.op];
       if (const int error = requests[k].error; error != 0) {
         results[p.op] = Status::IoError(name() + ": reading block " + op.key.ToHex() + " from '" +
-                                        options_.files[p.entry.slot.file] + "' at offset " +
+                                        options_.files[p.entry.slot.region] + "' at offset " +
                                         std::to_string(data_offset_ + p.entry.slot.offset) + " failed: " + Errno(error));
         continue;
       }
@@ -743,7 +807,7 @@ std::vector<Result<std::size_t>> NvmeTier::ReadBatch(std::span<const ReadOp> ops
       }
       dropped.push_back(EraseLocked(it));
       counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);
-      results[p->op] = Status::Corruption(name() + ": block " + key.ToHex() + " in '" + options_.files[p->entry.slot.file] +
+      results[p->op] = Status::Corruption(name() + ": block " + key.ToHex() + " in '" + options_.files[p->entry.slot.region] +
                                           "' at offset " + std::to_string(data_offset_ + p->entry.slot.offset) +
                                           " failed its header or checksum check and was dropped");
     }
@@ -797,7 +861,7 @@ std::optional<NvmeTier::Location> NvmeTier::LocationForTesting(const BlockKey& k
   std::lock_guard lock(mutex_);
   auto it = index_.find(key);
   if (it == index_.end()) return std::nullopt;
-  return Location{options_.files[it->second.slot.file], data_offset_ + it->second.slot.offset, it->second.slot_bytes};
+  return Location{options_.files[it->second.slot.region], data_offset_ + it->second.slot.offset, it->second.slot_bytes};
 }
 
 std::unique_ptr<BlockIo> NvmeTier::ReplaceIoForTesting(std::unique_ptr<BlockIo> io) {

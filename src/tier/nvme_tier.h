@@ -8,11 +8,16 @@
 // Superblock: 0 u64 magic "KVTNVMS1"  8 u32 version (1)  12 u32 file index  16 u32 file count
 //   20 u32 zero  24 u64 file bytes  32 u64 slot_bytes option  40 u64 format id (random per
 //   format)  48 u64 data offset  56 u64 xxh3-64 of bytes 0..55; zeros to 4096.
-// Slab journal: 32-byte records appended as the allocator carves slabs (FileSlab: offset in
+// Slab journal: 32-byte records appended as the allocator carves slabs (RegionSlab: offset in
 //   the slot area, bytes, slot bytes, then xxh3-64 over the format id and those three); the
 //   first record that fails its check ends the journal, so records of an earlier format
 //   (another format id) are never replayed. A record is written before any slot of its slab.
-// Per block, one slot of FileSlotAllocator (file_slot_allocator.h) holding
+//   A slab whose slots are all free goes back to the allocator's free space, and a slab
+//   carved later over that space (of any size class) is a later record that replaces every
+//   earlier record it overlaps on replay; a slab is emptied only after every slot's header was
+//   zeroed, so none of its blocks comes back. A full journal is compacted in place to its
+//   surviving records (CompactJournal says why a crash part way is safe).
+// Per block, one slot of SizeClassAllocator (size_class_allocator.h) holding
 //   [header, 4096 bytes][payload][zeros up to a 4 KiB multiple]
 // Slot header:
 //   0  u64 magic "KVTNVME2"     8 u32 version (2)      12 u32 header bytes (4096)
@@ -56,6 +61,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -63,7 +69,7 @@
 #include "kvtier/tiers.h"
 #include "tier/aligned_buffer_pool.h"
 #include "tier/tier_counters.h"
-#include "tier/file_slot_allocator.h"
+#include "tier/size_class_allocator.h"
 #include "tier/nvme_io.h"
 
 namespace kvtier {
@@ -76,6 +82,11 @@ class NvmeTier final : public Tier {
   // Bytes of a file before its slot area: the superblock and a journal large enough for
   // every slab the file can hold (slabs are at least 1 MiB, except at most 256 tail slots).
   static uint64_t MetadataBytes(uint64_t file_bytes);
+
+  // The slabs a journal's records describe: records replay in order, and a record replaces
+  // every earlier one it overlaps (a slab carved over the space of slabs released since).
+  // The surviving records, in their order in the journal.
+  static std::vector<RegionSlab> SurvivingSlabs(std::span<const RegionSlab> journal);
 
   static Result<std::unique_ptr<NvmeTier>> Open(const NvmeTierOptions& options);
   ~NvmeTier() override;
@@ -118,7 +129,7 @@ class NvmeTier final : public Tier {
 
  private:
   struct Entry {
-    FileSlot slot;
+    RegionSlot slot;
     uint64_t slot_bytes = 0;
     uint64_t size = 0;  // payload bytes
     uint64_t checksum = 0;
@@ -133,8 +144,12 @@ class NvmeTier final : public Tier {
   Status FormatOrRecover();
   Status Format();
   Status Recover(uint64_t format_id);
-  // Appends `slab` to its file's journal (the allocator's SlabListener).
-  bool JournalSlab(const FileSlab& slab);
+  // Appends `slab` to its file's journal (the allocator's SlabListener), compacting the
+  // journal first when it is full.
+  Status JournalSlab(const RegionSlab& slab);
+  Status CompactJournal(uint32_t file);
+  Status WriteJournalPage(uint32_t file, uint64_t page);
+  uint64_t JournalCapacity() const;  // records per file
   // Zeroes the headers of slots about to be freed, then frees them. A slot whose header
   // cannot be zeroed is kept out of use (in stale_) and tried again by every later call;
   // IoError (counted as an evict failure) names the first of `entries` that failed.
@@ -151,8 +166,8 @@ class NvmeTier final : public Tier {
   const uint64_t data_offset_;  // of the slot area in each file
   uint64_t format_id_ = 0;      // set by FormatOrRecover
   uint64_t recovered_blocks_ = 0;
-  std::vector<std::vector<FileSlab>> journals_;  // per file; written under the allocator's lock
-  FileSlotAllocator slots_;
+  std::vector<std::vector<RegionSlab>> journals_;  // per file; written under the allocator's lock
+  SizeClassAllocator slots_;  // one region per file
   std::unique_ptr<BlockIo> io_;
   std::string io_fallback_reason_;
   AlignedBufferPool io_buffers_{64u << 20};  // staging for slot I/O: reused, never faulted in again

@@ -8,10 +8,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <random>
 
 #include <gtest/gtest.h>
 
-#include "tier/file_slot_allocator.h"
 
 namespace kvtier {
 namespace {
@@ -519,33 +519,113 @@ TEST(NvmeTier, FixedSlotsRefuseLargerBlocks) {
   EXPECT_EQ(stored, ((1u << 20) - NvmeTier::MetadataBytes(1u << 20)) / (64u << 10));  // the slot area / 64 KiB
 }
 
+// Issue 19: once full of one size, a tier whose slabs kept their size class for life refused
+// every put of another size even after all the old blocks were evicted.
+TEST(NvmeTier, EvictedSpaceTakesBlocksOfAnotherSizeAndSurvivesARestart) {
+  ScratchDir dir;
+  const NvmeTierOptions options{.files = {dir.File("a.slots"), dir.File("b.slots")}, .capacity_bytes = 16u << 20};
+  const uint64_t slot_area = 2 * ((8u << 20) - NvmeTier::MetadataBytes(8u << 20));
+  std::unique_ptr<NvmeTier> tier = OpenTier(options);
+  ASSERT_NE(tier, nullptr);
+  uint64_t large = 0;
+  while (tier->Write(Key(large), Payload(1u << 20, 1)).ok()) ++large;
+  ASSERT_GT(large, 10u);
+  for (uint64_t i = 0; i < large; ++i) ASSERT_TRUE(tier->Evict(Key(i)).ok());
+  const std::vector<std::byte> small = Payload(200u << 10, 2);
+  uint64_t stored = 0;
+  Status refused;
+  while ((refused = tier->Write(Key(1000 + stored), small)).ok()) ++stored;
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused.ToString();
+  ASSERT_GT(stored, 0u) << refused.ToString();
+  const uint64_t slot_bytes = tier->LocationForTesting(Key(1000))->slot_bytes;
+  EXPECT_GE(stored * slot_bytes, slot_area / 10 * 9) << stored << " blocks of " << slot_bytes << " bytes";
+  // The journal now holds slabs of both sizes over the same space; the later ones win.
+  tier.reset();
+  tier = OpenTier(options);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->recovered_blocks(), stored);
+  std::vector<std::byte> out(small.size());
+  for (uint64_t i = 0; i < stored; ++i) {
+    ASSERT_TRUE(tier->Read(Key(1000 + i), out).ok()) << i;
+    EXPECT_EQ(out, small) << i;
+  }
+  EXPECT_FALSE(tier->Size(Key(0)).has_value());
+}
+
+// Every slab carved over released space appends a journal record; a full journal is
+// compacted to the slabs that survive, and the compacted journal recovers.
+TEST(NvmeTier, AFullSlabJournalIsCompactedAndStillRecovers) {
+  ScratchDir dir;
+  const NvmeTierOptions options{.files = {dir.File("a.slots")}, .capacity_bytes = 4u << 20};
+  std::unique_ptr<NvmeTier> tier = OpenTier(options);
+  ASSERT_NE(tier, nullptr);
+  const uint64_t records = (NvmeTier::MetadataBytes(4u << 20) - NvmeTier::kSuperblockBytes) / 32;
+  // Each round carves one slab over the one the previous round emptied.
+  for (uint64_t round = 0; round < records + 50; ++round) {
+    const BlockKey key = Key(round);
+    ASSERT_TRUE(tier->Write(key, Payload(round % 2 == 0 ? 8000 : 20000, 3)).ok()) << round;
+    ASSERT_TRUE(tier->Evict(key).ok()) << round;
+  }
+  for (uint64_t i = 0; i < 5; ++i) ASSERT_TRUE(tier->Write(Key(5000 + i), Payload(30000, 4)).ok());
+  tier.reset();
+  tier = OpenTier(options);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->recovered_blocks(), 5u);
+  std::vector<std::byte> out(30000);
+  for (uint64_t i = 0; i < 5; ++i) {
+    ASSERT_TRUE(tier->Read(Key(5000 + i), out).ok()) << i;
+    EXPECT_EQ(out, Payload(30000, 4));
+  }
+}
+
+TEST(NvmeTier, ALaterSlabReplacesTheRecordsItOverlaps) {
+  const std::vector<RegionSlab> journal = {{0, 0, 2u << 20, 1u << 20},
+                                           {0, 2u << 20, 2u << 20, 1u << 20},
+                                           {0, 1u << 20, 2u << 20, 512u << 10}};  // over the halves of both
+  EXPECT_EQ(NvmeTier::SurvivingSlabs(journal), (std::vector<RegionSlab>{journal[2]}));
+}
+
+// CompactJournal overwrites the journal in place from the front; a crash part way leaves the
+// first pages compacted and the rest of the old log. Whatever page it stopped at, the journal
+// must replay to the same slabs. Histories come from the allocator itself under random
+// carving and freeing, so slabs are released and carved over as in a running tier.
+TEST(NvmeTier, AJournalCompactedPartWayReplaysToTheSameSlabs) {
+  constexpr std::size_t kRecordsPerPage = 128;
+  SizeClassAllocator slots({1u << 30});
+  std::vector<RegionSlab> log;
+  slots.SetSlabListener([&](const RegionSlab& slab) {
+    log.push_back(slab);
+    return Status::Ok();
+  });
+  std::mt19937_64 random(11);
+  const uint64_t sizes[] = {12u << 10, 68u << 10, 1152u << 10, 3u << 20};
+  std::vector<std::pair<RegionSlot, uint64_t>> live;
+  while (log.size() < 20 * kRecordsPerPage) {
+    if (live.empty() || random() % 3 != 0) {  // grows until full, then churns
+      const uint64_t size = sizes[random() % std::size(sizes)];
+      if (Result<RegionSlot> s = slots.Allocate(size); s.ok()) live.push_back({*s, size});
+    } else {
+      const std::size_t k = random() % live.size();
+      slots.Free(live[k].first, live[k].second);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+  }
+  const std::vector<RegionSlab> current = NvmeTier::SurvivingSlabs(log);
+  // The history carved over released slabs, and the compacted journal spans several pages.
+  ASSERT_LT(current.size(), log.size());
+  ASSERT_GT(current.size(), 3 * kRecordsPerPage);
+  for (std::size_t pages = 0; pages * kRecordsPerPage <= current.size(); ++pages) {
+    const std::size_t cut = pages * kRecordsPerPage;
+    std::vector<RegionSlab> on_disk(current.begin(), current.begin() + static_cast<std::ptrdiff_t>(cut));
+    on_disk.insert(on_disk.end(), log.begin() + static_cast<std::ptrdiff_t>(cut), log.end());
+    EXPECT_EQ(NvmeTier::SurvivingSlabs(on_disk), current) << pages << " pages compacted";
+  }
+}
+
 TEST(NvmeTier, GdsDetectionIsStable) {
   const bool available = NvmeTier::gds_available();
   EXPECT_EQ(NvmeTier::gds_available(), available);
   RecordProperty("gds_available", available ? "true" : "false");
-}
-
-TEST(NvmeFileSlotAllocator, ReusesFreedSlotsAndStaysInsideFiles) {
-  FileSlotAllocator slots({3u << 20, (3u << 20) + 100});  // the odd tail is rounded off
-  EXPECT_EQ(slots.total_bytes(), 6u << 20);
-  std::vector<FileSlot> got;
-  while (std::optional<FileSlot> s = slots.Allocate(1u << 20)) got.push_back(*s);
-  EXPECT_EQ(got.size(), 6u);
-  for (const FileSlot& s : got) EXPECT_LE(s.offset + (1u << 20), 3u << 20);
-  EXPECT_EQ(slots.Allocate(4096), std::nullopt);
-  slots.Free(got[2], 1u << 20);
-  EXPECT_EQ(slots.Allocate(1u << 20), got[2]);
-  EXPECT_EQ(slots.Allocate(1000), std::nullopt);  // not a multiple of 4 KiB
-}
-
-TEST(NvmeFileSlotAllocator, LargeClassesUseWholeFileTails) {
-  FileSlotAllocator slots({4u << 20});
-  // 1 MiB + 4 KiB slots: one per slab, so three fit in 4 MiB and the rest serves small ones.
-  EXPECT_TRUE(slots.Allocate((1u << 20) + 4096));
-  EXPECT_TRUE(slots.Allocate((1u << 20) + 4096));
-  EXPECT_TRUE(slots.Allocate((1u << 20) + 4096));
-  EXPECT_FALSE(slots.Allocate((1u << 20) + 4096));
-  EXPECT_TRUE(slots.Allocate(8192));  // a single slot from the tail
 }
 
 }  // namespace
