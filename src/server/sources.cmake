@@ -24,6 +24,7 @@ if(io_tests)
 endif()
 
 # The daemon of `kvtier serve` (daemon.h): configuration, store, listeners, metrics.
-kvtier_add_sources(server/serve_config.cc server/tier_health.cc server/daemon.cc)
+kvtier_add_sources(server/serve_config.cc server/tier_health.cc server/descriptor_limit.cc server/daemon.cc)
 kvtier_add_tests(io server/daemon_test.cc)
+kvtier_add_tests(pure server/descriptor_limit_test.cc)
 kvtier_add_tests(concurrency server/tier_health_test.cc)
