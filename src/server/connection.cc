@@ -133,10 +133,13 @@ bool Connection::ReadingAllowed() const {
 }
 
 void Connection::Read() {
-  std::vector<std::byte> chunk(kReadChunk);
+  // Only the loop's thread reads: one buffer serves every connection.
+  thread_local std::vector<std::byte> chunk(kReadChunk);
   while (ReadingAllowed()) {
     std::vector<ScopedFd> fds;
-    Result<StreamProgress> step = stream_->TryRead(chunk, fds);
+    // A large payload is read where it goes; the rest through the chunk, frames and all.
+    const std::span<std::byte> direct = assembler_.DirectTarget(kReadChunk);
+    Result<StreamProgress> step = stream_->TryRead(direct.empty() ? std::span(chunk) : direct, fds);
     if (!step.ok()) {
       // Too many descriptors is the client's mistake, answered like a malformed frame;
       // anything else is a connection that is gone.
@@ -160,9 +163,12 @@ void Connection::Read() {
     read_wants_ = POLLIN;
     read_progress_ = Clock::now();
     const std::size_t queued = requests_.size();
-    const Status fed = assembler_.Feed(std::span(chunk).first(step->bytes), std::move(fds), requests_);
+    if (!direct.empty()) {
+      assembler_.DirectFilled(step->bytes, std::move(fds), requests_);
+    } else if (Status fed = assembler_.Feed(std::span(chunk).first(step->bytes), std::move(fds), requests_); !fed.ok()) {
+      rejected_ = fed;
+    }
     for (std::size_t i = queued; i < requests_.size(); ++i) request_bytes_ += requests_[i].payload.size();
-    if (!fed.ok()) rejected_ = fed;
   }
 }
 

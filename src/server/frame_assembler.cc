@@ -37,13 +37,28 @@ Status FrameAssembler::Feed(std::span<const std::byte> bytes, std::vector<Scoped
     if (header_got_ == protocol::kHeaderBytes && payload_got_ == current_.payload.size()) {
       // The last byte of this read completes this frame: the descriptors are its own.
       if (bytes.empty()) MoveAll(fds, current_.fds);
-      done.push_back(std::move(current_));
-      current_ = AssembledFrame{};
-      header_got_ = 0;
+      Complete(done);
     }
   }
   MoveAll(fds, current_.fds);
   return Status::Ok();
+}
+
+std::span<std::byte> FrameAssembler::DirectTarget(std::size_t min_bytes) {
+  if (header_got_ < protocol::kHeaderBytes || current_.payload.size() - payload_got_ < min_bytes) return {};
+  return std::span(current_.payload).subspan(payload_got_);
+}
+
+void FrameAssembler::DirectFilled(std::size_t n, std::vector<ScopedFd> fds, std::deque<AssembledFrame>& done) {
+  payload_got_ += n;
+  MoveAll(fds, current_.fds);
+  if (payload_got_ == current_.payload.size()) Complete(done);
+}
+
+void FrameAssembler::Complete(std::deque<AssembledFrame>& done) {
+  done.push_back(std::move(current_));
+  current_ = AssembledFrame{};
+  header_got_ = 0;
 }
 
 }  // namespace kvtier::server

@@ -35,10 +35,18 @@ class FrameAssembler {
   // frames before it are in `done`; the connection cannot go on after it).
   Status Feed(std::span<const std::byte> bytes, std::vector<ScopedFd> fds, std::deque<AssembledFrame>& done);
 
+  // Where a read may go straight into the payload of the frame in progress, saving a copy
+  // of large payloads: the rest of it, when its header has decoded and at least `min_bytes`
+  // of it are missing; empty otherwise (then read elsewhere and Feed).
+  std::span<std::byte> DirectTarget(std::size_t min_bytes);
+  // Records `n` bytes read into DirectTarget's span, and the descriptors that came with them.
+  void DirectFilled(std::size_t n, std::vector<ScopedFd> fds, std::deque<AssembledFrame>& done);
+
   // Whether part of a frame has arrived and the rest has not.
   bool mid_frame() const { return header_got_ > 0; }
 
  private:
+  void Complete(std::deque<AssembledFrame>& done);
   // Takes bytes into the frame in progress; returns how many it used.
   Result<std::size_t> Take(std::span<const std::byte> bytes);
 

@@ -64,6 +64,33 @@ TEST(FrameAssembler, DescriptorsGoWithTheFrameOfTheReadsLastByte) {
   EXPECT_EQ(done[2].fds.size(), 1u);
 }
 
+// A large payload may be read straight into place once its header is in.
+TEST(FrameAssembler, LargePayloadsCanBeReadInPlace) {
+  protocol::Put put;
+  const std::vector<std::byte> bytes(100000, std::byte{0x42});
+  put.blocks.push_back({.key = {1, 2}, .payload = {.length = 100000}, .inline_bytes = bytes, .checksum = 0});
+  const std::vector<std::byte> frame = Frame(put, 9);
+  FrameAssembler assembler({});
+  std::deque<AssembledFrame> done;
+  EXPECT_TRUE(assembler.DirectTarget(1).empty()) << "no header yet";
+  ASSERT_TRUE(assembler.Feed(std::span(frame).first(1000), {}, done).ok());
+  EXPECT_TRUE(assembler.DirectTarget(frame.size()).empty()) << "less than that is missing";
+  std::span<std::byte> target = assembler.DirectTarget(4096);
+  ASSERT_EQ(target.size(), frame.size() - 1000);
+  std::ranges::copy(std::span(frame).subspan(1000, 50000), target.begin());
+  assembler.DirectFilled(50000, {}, done);
+  EXPECT_TRUE(done.empty());
+  target = assembler.DirectTarget(4096);
+  ASSERT_EQ(target.size(), frame.size() - 51000);
+  std::ranges::copy(std::span(frame).subspan(51000), target.begin());
+  assembler.DirectFilled(target.size(), {}, done);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_FALSE(assembler.mid_frame());
+  Result<protocol::Message> m = protocol::DecodePayload(done[0].header, done[0].payload, {});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(std::get<protocol::Put>(*m).blocks.at(0).inline_bytes, bytes);
+}
+
 TEST(FrameAssembler, AHeaderThatDoesNotDecodeIsRefused) {
   FrameAssembler assembler({});
   std::deque<AssembledFrame> done;
