@@ -66,6 +66,7 @@ class PlainStream final : public ByteStream {
     return StreamProgress{.bytes = static_cast<std::size_t>(n), .end = n == 0};
   }
 
+  bool ConcurrentReadWrite() const override { return true; }
   bool Buffered() const override { return false; }
 
  private:

@@ -46,6 +46,10 @@ class ByteStream {
   // frame may carry.
   virtual Result<StreamProgress> TryRead(std::span<std::byte> into, std::vector<ScopedFd>& fds) = 0;
 
+  // Whether TryWrite may run on one thread while TryRead runs on another: true for a plain
+  // socket (the kernel keeps the directions apart), false for TLS (one session state).
+  virtual bool ConcurrentReadWrite() const = 0;
+
   // Whether bytes already read from the socket wait inside the stream (TLS records decrypted
   // ahead): a reader woken only by the socket's readiness would never see them.
   virtual bool Buffered() const = 0;

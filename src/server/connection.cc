@@ -179,8 +179,12 @@ void Connection::StartNext() {
     auto frame = std::make_shared<AssembledFrame>(std::move(requests_.front()));
     requests_.pop_front();
     request_bytes_ -= frame->payload.size();
-    context_.workers.Submit([this, frame] {
+    // No earlier reply waits (none can be queued while this request runs), and the loop's
+    // reads do not race a plain socket's writes: the worker may send the reply itself.
+    const bool send_here = replies_.empty() && stream_->ConcurrentReadWrite();
+    context_.workers.Submit([this, frame, send_here] {
       Served served = Serve(*frame);
+      if (send_here) SendWhatFits(served);
       context_.loop.Post([this, served = std::move(served)]() mutable { OnServed(std::move(served)); });
     });
     return;
@@ -228,28 +232,48 @@ Connection::Served Connection::Serve(AssembledFrame& frame) {
   return served;
 }
 
+// On the worker: as much of the reply as the socket takes now; the loop sends the rest.
+void Connection::SendWhatFits(Served& served) {
+  while (served.sent < served.frame.size()) {
+    Result<StreamProgress> step = stream_->TryWrite(std::span(served.frame).subspan(served.sent), {});
+    if (!step.ok()) {
+      served.broken = true;
+      return;
+    }
+    if (step->wants != 0) return;
+    served.sent += step->bytes;
+  }
+}
+
 void Connection::OnServed(Served served) {
   busy_ = false;
   if (phase_ == Phase::kClosed) {
     ReportIfFinished();
     return;
   }
-  Queue(std::move(served.frame));
+  if (served.broken) {
+    Close();
+    return;
+  }
+  Queue(std::move(served.frame), served.sent);
   if (served.close) {
     requests_.clear();
-    Drain();
+    phase_ = Phase::kDraining;
   }
+  Flush();  // and a draining connection closes once its last reply is out
   if (ReadingAllowed()) Read();  // reading may have waited for this reply
   StartNext();
   UpdateInterest();
 }
 
-void Connection::Queue(std::vector<std::byte> frame) {
-  if (frame.empty()) return;
-  if (replies_.empty()) write_progress_ = Clock::now();
-  reply_bytes_ += frame.size();
+void Connection::Queue(std::vector<std::byte> frame, std::size_t sent) {
+  if (sent == frame.size()) return;
+  if (replies_.empty()) {
+    write_progress_ = Clock::now();
+    reply_offset_ = sent;  // only the first reply can have been started elsewhere
+  }
+  reply_bytes_ += frame.size() - sent;
   replies_.push_back(std::move(frame));
-  Flush();
 }
 
 void Connection::Flush() {

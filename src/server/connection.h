@@ -3,7 +3,8 @@
 // requests handed to the worker pool one at a time and in order (a Session is
 // single-threaded; other connections' requests run in parallel), and replies written without
 // waiting: what the client does not take at once is kept and finished when its socket
-// drains, never holding a worker.
+// drains, never holding a worker. On a plain socket the worker itself sends what the socket
+// takes at once, sparing the loop a round trip.
 //
 // Back-pressure: a connection whose unstarted requests or unsent replies pile up is not read
 // until they drain, so one client's backlog is bounded and others are not starved.
@@ -78,6 +79,8 @@ class Connection {
   struct Served {
     std::vector<std::byte> frame;
     bool close = false;
+    std::size_t sent = 0;  // of `frame`, by the worker itself
+    bool broken = false;   // the worker's send found the connection gone
   };
 
   void OnEvents(uint32_t events);
@@ -87,7 +90,8 @@ class Connection {
   void Flush();
   void StartNext();
   void OnServed(Served served);
-  void Queue(std::vector<std::byte> frame);
+  void SendWhatFits(Served& served);
+  void Queue(std::vector<std::byte> frame, std::size_t sent = 0);
   void Drain();
   void Close();
   void ReportIfFinished();

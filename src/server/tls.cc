@@ -136,6 +136,7 @@ class TlsStream final : public ByteStream {
     return StreamProgress{.wants = wants};
   }
 
+  bool ConcurrentReadWrite() const override { return false; }
   bool Buffered() const override { return ::SSL_pending(ssl_.get()) > 0; }
 
  private:
