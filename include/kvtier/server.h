@@ -11,8 +11,11 @@
 // into that tenant's namespace (tenant_namespace.h), so a tenant can neither read nor probe
 // another's blocks.
 //
-// Failure isolation: each connection is served by its own thread, so a slow or stalled
-// client delays only itself; a malformed frame gets an error reply and closes only its
+// Failure isolation: one event loop waits on every connection and a small pool of workers
+// serves complete requests (one at a time per connection, in order; connections in
+// parallel), so an idle, slow or stalled client costs no thread and delays only itself: a
+// frame that stalls halfway waits in the loop, a reply its client does not take is kept
+// (bounded) and finished later. A malformed frame gets an error reply and closes only its
 // connection; a client that disconnects mid-transfer loses only its request, and its pins
 // are released.
 //
@@ -70,7 +73,12 @@ struct ServerOptions {
   // Known tenants. Default: none, every tenant name is accepted (still isolated from others).
   std::vector<TenantOptions> tenants;
   protocol::Limits limits;                // Default: protocol.h's
-  uint32_t max_connections = 256;         // Default: 256; more are refused with an error
+  // Connections open at once; more are refused with an error. Each costs the daemon one
+  // descriptor (the daemon raises its RLIMIT_NOFILE to fit), no thread. Default: 4,096
+  uint32_t max_connections = 4096;
+  // Threads that serve requests; connections are many more, waiting in one event loop.
+  // Default: 0, the machine's hardware threads (at least 2)
+  uint32_t workers = 0;
   uint32_t max_segments_per_client = 8;   // Default: 8 shared-memory segments
   uint64_t max_shared_bytes_per_client = 16ull << 30;  // Default: 16 GiB mapped per client
   uint32_t max_pins_per_client = 65536;   // Default: 65,536 live pins
@@ -83,6 +91,8 @@ struct ServerOptions {
   server::ServiceMetrics* metrics = nullptr;  // Default: none; not owned
 
   Status Validate() const;
+  // `workers`, or what its default 0 stands for.
+  uint32_t worker_threads() const;
 };
 
 class Server {
@@ -99,8 +109,9 @@ class Server {
   uint16_t tcp_port() const;  // the bound port; 0 without TCP
   uint32_t connections() const;
 
-  // Stops accepting, lets every request in progress finish and send its reply, closes the
-  // connections and joins their threads. Idempotent.
+  // Stops accepting, lets every request in progress finish and send its reply (requests
+  // received and not yet started are dropped), closes the connections and joins the loop and
+  // the workers. Idempotent.
   void Shutdown();
 
  private:

@@ -2,6 +2,10 @@
 // descriptors (SCM_RIGHTS, on Unix sockets), or a TLS session over TCP (tls.h). The frame
 // code reads and writes through this seam, so the sessions do not know which they are on.
 //
+// Each stream has one non-blocking step each way (TryRead, TryWrite), which the server's
+// event loop drives, and blocking Write / ReadSome built on those steps, which the client
+// uses: one implementation of each byte path.
+//
 // A stream borrows its descriptor: the FrameSocket that holds it owns the descriptor, so
 // another thread may shut the socket down (to wake a blocked reader) while the stream is in
 // use.
@@ -19,22 +23,56 @@
 
 namespace kvtier::server {
 
+// What one non-blocking step did: moved `bytes` (at least one), met a clean end of stream
+// (reads only), or moved nothing and waits until the socket is ready for `wants` (POLLIN or
+// POLLOUT; TLS may want to write in order to read, and the reverse).
+struct StreamProgress {
+  std::size_t bytes = 0;
+  bool end = false;
+  short wants = 0;
+};
+
 class ByteStream {
  public:
   virtual ~ByteStream() = default;
 
+  // Sends a prefix of `bytes` (not empty) without waiting; `fds` travel with its first byte,
+  // so pass them only on a frame's first step. Unavailable when the peer has gone;
+  // InvalidArgument when this stream cannot carry descriptors.
+  virtual Result<StreamProgress> TryWrite(std::span<const std::byte> bytes, std::span<const int> fds) = 0;
+
+  // Reads up to `into.size()` bytes (not empty) without waiting. Descriptors that arrive are
+  // appended to `fds`. Unavailable for a reset; InvalidArgument for more descriptors than a
+  // frame may carry.
+  virtual Result<StreamProgress> TryRead(std::span<std::byte> into, std::vector<ScopedFd>& fds) = 0;
+
+  // Whether TryWrite may run on one thread while TryRead runs on another: true for a plain
+  // socket (the kernel keeps the directions apart), false for TLS (one session state).
+  virtual bool ConcurrentReadWrite() const = 0;
+
+  // Whether bytes already read from the socket wait inside the stream (TLS records decrypted
+  // ahead): a reader woken only by the socket's readiness would never see them.
+  virtual bool Buffered() const = 0;
+
   // Sends `bytes` whole, waiting at most `timeout_ms` (0: no limit) each time the peer stops
   // reading; `fds` travel with the first byte. Unavailable when the peer has gone or stalled;
   // InvalidArgument when this stream cannot carry descriptors.
-  virtual Status Write(std::span<const std::byte> bytes, std::span<const int> fds, int timeout_ms) = 0;
+  Status Write(std::span<const std::byte> bytes, std::span<const int> fds, int timeout_ms);
 
   // Reads at least one byte into `into` (not empty) and returns how many, or 0 at a clean
   // end-of-stream; waits at most `timeout_ms` for them (0: no limit). Descriptors that
   // arrive are appended to `fds`. Unavailable for a reset or a timeout.
-  virtual Result<std::size_t> ReadSome(std::span<std::byte> into, std::vector<ScopedFd>& fds, int timeout_ms) = 0;
+  Result<std::size_t> ReadSome(std::span<std::byte> into, std::vector<ScopedFd>& fds, int timeout_ms);
 
   // Whether a ReadSome would find bytes (or end-of-stream) without waiting.
-  virtual bool ReadableNow() const = 0;
+  bool ReadableNow() const;
+
+ protected:
+  explicit ByteStream(int fd) : fd_(fd) {}
+  int fd() const { return fd_; }
+
+ private:
+  const int fd_;
 };
 
 // Plain sendmsg / recvmsg on `fd`, descriptors included.

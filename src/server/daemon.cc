@@ -1,8 +1,10 @@
 #include "kvtier/daemon.h"
 
 #include <filesystem>
+#include <iostream>
 #include <variant>
 
+#include "server/descriptor_limit.h"
 #include "server/metrics_http.h"
 #include "server/service_metrics.h"
 #include "server/tier_health.h"
@@ -102,6 +104,8 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(ServeConfig config) {
 
   ServerOptions server_options = c.server;
   server_options.metrics = &impl->metrics;
+  KVTIER_ASSIGN_OR_RETURN(const std::string descriptors, server::RaiseDescriptorLimit(server_options));
+  if (!descriptors.empty()) std::cerr << "kvtier serve: warning: " << descriptors << std::endl;
   if (!server_options.unix_socket_path.empty()) {
     std::error_code ec;
     fs::create_directories(fs::path(server_options.unix_socket_path).parent_path(), ec);

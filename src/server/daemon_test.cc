@@ -250,6 +250,8 @@ TEST(ServeConfig, MistakesAreNamed) {
       {tiers + "listen:\n  metrics_port: 70000\n", "metrics_port"},
       {tiers + "tenants:\n  - name: a\n  - name: a\n", "listed twice"},
       {tiers + "limits:\n  max_frame_bytes: 10\n", "max_frame_bytes"},
+      {tiers + "limits:\n  workers: 5000\n", "'workers' must be an integer from 0 to 1024"},
+      {tiers + "limits:\n  workers: -1\n", "'workers' must be an integer from 0 to 1024"},
       {tiers + "model:\n  name: no-such-model\n", "model.name"},
       {"tiers: [\n", "not valid YAML"},
   };
@@ -262,6 +264,12 @@ TEST(ServeConfig, MistakesAreNamed) {
   Result<ServeConfig> ok = ParseServeConfig(tiers + "listen:\n  unix_socket: s.sock\nstore:\n  persistence: none\n", "t");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->server.unix_socket_path, "/tmp/x/s.sock");
+  EXPECT_EQ(ok->server.workers, 0u) << "the machine's hardware threads";
+  EXPECT_EQ(ok->server.max_connections, 4096u);
+  ok = ParseServeConfig(tiers + "store:\n  persistence: none\nlimits:\n  workers: 6\n", "t");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->server.workers, 6u);
+  EXPECT_EQ(ok->server.worker_threads(), 6u);
 }
 
 }  // namespace

@@ -1,7 +1,5 @@
 #include "server/frame_io.h"
 
-#include <sys/socket.h>
-
 namespace kvtier::server {
 
 FrameSocket::FrameSocket(ScopedFd fd, int io_timeout_ms)
@@ -37,8 +35,5 @@ Result<protocol::FrameHeader> FrameSocket::Receive(const protocol::Limits& limit
 }
 
 bool FrameSocket::ReadableNow() const { return stream_->ReadableNow(); }
-
-void FrameSocket::ShutdownRead() { ::shutdown(fd_.get(), SHUT_RD); }
-void FrameSocket::Hangup() { ::shutdown(fd_.get(), SHUT_RDWR); }
 
 }  // namespace kvtier::server

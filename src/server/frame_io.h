@@ -1,11 +1,12 @@
-// Frame I/O on a connected stream socket, shared by the server and the client: whole
-// frames out (with descriptors passed by SCM_RIGHTS when asked), whole frames in (with the
-// descriptors that came along), and deadlines so that a peer that stops halfway through a
-// frame cannot hold its reader forever. The bytes go through a ByteStream (byte_stream.h):
+// Blocking frame I/O on a connected stream socket, for the client: whole frames out (with
+// descriptors passed by SCM_RIGHTS when asked), whole frames in (with the descriptors that
+// came along), and deadlines so that a peer that stops halfway through a frame cannot hold
+// its reader forever. The bytes go through a ByteStream (byte_stream.h):
 // plain, or TLS once UseStream installs one.
 //
-// Thread-safety: one FrameSocket is used by one thread at a time; ShutdownRead may be called
-// from any thread (it is how the server wakes a reader blocked between frames).
+// The server assembles frames without waiting instead (frame_assembler.h, connection.h).
+//
+// Thread-safety: one FrameSocket is used by one thread at a time.
 #pragma once
 
 #include <cstddef>
@@ -40,14 +41,8 @@ class FrameSocket {
   Result<protocol::FrameHeader> Receive(const protocol::Limits& limits, std::vector<std::byte>& payload,
                                         std::vector<ScopedFd>& fds);
 
-  // Makes a blocked or later Receive return NotFound; sends still work (a reply in progress
-  // gets out).
-  void ShutdownRead();
   // Whether a Receive would find bytes (or end-of-stream) without waiting.
   bool ReadableNow() const;
-  // Ends the conversation: the peer sees end-of-stream at once, although the descriptor
-  // closes only with this object (which other threads may still be signalling).
-  void Hangup();
 
  private:
   Status ReadFully(std::span<std::byte> into, bool frame_started, std::vector<ScopedFd>& fds);

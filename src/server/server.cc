@@ -5,7 +5,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -15,19 +15,26 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <list>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <unordered_map>
 
-#include "server/frame_io.h"
+#include "server/connection.h"
+#include "server/event_loop.h"
 #include "server/service_metrics.h"
-#include "server/session.h"
 #include "server/tls.h"
+#include "util/task_pool.h"
 
 namespace kvtier {
 namespace {
 
-using server::FrameSocket;
+// How often deadlines are checked (a stalled frame, a handshake, a reply not taken).
+constexpr int kTickMs = 25;
+// How long accepting pauses when the process is out of descriptors.
+constexpr int kAcceptPauseMs = 100;
+// Far beyond any machine's cores: a mistyped worker count, not a tuning.
+constexpr uint32_t kMaxWorkers = 1024;
 
 bool IsLoopback(const std::string& host) { return host == "127.0.0.1" || host == "::1" || host == "localhost"; }
 
@@ -81,27 +88,6 @@ Result<std::pair<ScopedFd, uint16_t>> ListenTcp(const std::string& host, uint16_
   return std::pair<ScopedFd, uint16_t>(std::move(fd), bound_port);
 }
 
-// Sends one Error frame on a socket we are about to close; best effort. In the oldest
-// version: an Error is the same in all of them, and every client reads that one.
-void SendError(FrameSocket& socket, const Status& status, uint64_t request_id, protocol::MessageType reply_to,
-               const protocol::Limits& limits) {
-  std::vector<std::byte> frame;
-  if (protocol::EncodeFrame(protocol::ErrorReply{status.code(), status.message().substr(0, limits.max_string_bytes)},
-                            request_id, reply_to, limits, frame, protocol::kMinVersion)
-          .ok()) {
-    (void)socket.Send(frame);
-  }
-}
-
-// Reads and drops what a peer we are about to close on has sent already (up to 64 KiB):
-// closing a TCP socket with unread bytes resets the connection, and the reset can overtake
-// the error frame just sent.
-void DiscardWaiting(int fd) {
-  char sink[4096];
-  for (int i = 0; i < 16 && ::recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; ++i) {
-  }
-}
-
 }  // namespace
 
 Status ServerOptions::Validate() const {
@@ -123,195 +109,157 @@ Status ServerOptions::Validate() const {
   }
   if (tls.handshake_timeout_ms < 0) return Status::InvalidArgument("the TLS handshake timeout must be 0 (none) or positive");
   if (max_connections == 0) return Status::InvalidArgument("max_connections must be at least 1");
+  if (workers > kMaxWorkers) {
+    return Status::InvalidArgument("workers must be at most " + std::to_string(kMaxWorkers) + " (0: the machine's hardware threads)");
+  }
   if (io_timeout_ms < 0) return Status::InvalidArgument("io_timeout_ms must be 0 (none) or positive");
   return limits.Validate();
 }
 
+uint32_t ServerOptions::worker_threads() const {
+  return workers > 0 ? workers : std::max(2u, std::thread::hardware_concurrency());
+}
+
+// Lock order: shutdown_mu alone; everything else belongs to the loop's thread (connections,
+// listeners after Start) or is atomic.
 struct Server::Impl {
-  struct Connection {
-    std::unique_ptr<FrameSocket> socket;
-    std::thread thread;
-    std::atomic<bool> finished{false};
-  };
+  using Clock = std::chrono::steady_clock;
 
   TieredStore& store;
   ServerOptions options;
   std::unique_ptr<server::TlsContext> tls;  // for TCP connections; none without options.tls
   ScopedFd unix_listener, tcp_listener;
   uint16_t bound_tcp_port = 0;
-  int wake_pipe[2] = {-1, -1};  // the acceptor's poll wakes when Shutdown writes here
-  std::thread acceptor;
-  std::atomic<bool> stopping{false};
-  std::mutex mu;                         // guards `connections` and `shut_down`
-  std::list<Connection> connections;     // GUARDED_BY(mu)
+  std::unique_ptr<server::EventLoop> loop;
+  std::unique_ptr<TaskPool> workers;  // destroyed before the loop: a worker's last act is a Post
+  std::optional<server::ConnectionContext> context;
+  std::unordered_map<uint64_t, std::unique_ptr<server::Connection>> connections;  // the loop's
+  uint64_t next_id = 1;                                                           // the loop's
+  bool stopping = false;                                                          // the loop's
+  std::optional<Clock::time_point> accept_resumes;  // the loop's: accepting paused (out of descriptors)
   std::atomic<uint32_t> live{0};
-  bool shut_down = false;                // GUARDED_BY(mu)
+  std::thread loop_thread;
+  std::mutex shutdown_mu;
+  bool shut_down = false;  // GUARDED_BY(shutdown_mu)
 
   Impl(TieredStore& s, ServerOptions o) : store(s), options(std::move(o)) {}
 
-  ~Impl() {
-    for (int fd : wake_pipe) {
-      if (fd >= 0) ::close(fd);
+  Status StartLoop() {
+    KVTIER_ASSIGN_OR_RETURN(loop, server::EventLoop::Create());
+    // Each connection has at most one request queued or running, so Submit never waits.
+    workers = std::make_unique<TaskPool>(static_cast<int>(options.worker_threads()), options.max_connections + 1);
+    context.emplace(server::ConnectionContext{.store = store,
+                                              .options = options,
+                                              .loop = *loop,
+                                              .workers = *workers,
+                                              .tls = tls.get(),
+                                              .finished = [this](uint64_t id) { loop->Post([this, id] { Forget(id); }); }});
+    for (const ScopedFd* listener : {&unix_listener, &tcp_listener}) {
+      if (!listener->valid()) continue;
+      const int fd = listener->get();
+      const bool tcp = listener == &tcp_listener;
+      if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK) != 0) return ErrnoStatus("listener", "fcntl", errno);
+      KVTIER_RETURN_IF_ERROR(loop->Watch(fd, EPOLLIN, [this, fd, tcp](uint32_t) { AcceptAll(fd, tcp); }));
     }
+    loop_thread = std::thread([this] { loop->Run(kTickMs, [this] { Tick(); }); });
+    return Status::Ok();
   }
 
-  void AcceptLoop() {
-    std::vector<pollfd> fds;
-    fds.push_back({wake_pipe[0], POLLIN, 0});
-    if (unix_listener.valid()) fds.push_back({unix_listener.get(), POLLIN, 0});
-    if (tcp_listener.valid()) fds.push_back({tcp_listener.get(), POLLIN, 0});
-    while (!stopping.load()) {
-      if (::poll(fds.data(), fds.size(), 1000) < 0 && errno != EINTR) break;
-      ReapFinished();
-      for (std::size_t i = 1; i < fds.size(); ++i) {
-        if ((fds[i].revents & POLLIN) == 0 || stopping.load()) continue;
-        ScopedFd client(::accept4(fds[i].fd, nullptr, nullptr, SOCK_CLOEXEC));
-        if (!client.valid()) continue;
-        const bool tcp = fds[i].fd == tcp_listener.get();
+  void AcceptAll(int listener, bool tcp) {
+    for (;;) {
+      ScopedFd client(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+      if (client.valid()) {
         if (tcp) {
           const int one = 1;
           ::setsockopt(client.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         }
         Admit(std::move(client), tcp);
+        continue;
       }
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Out of descriptors: the waiting client stays queued, and level-triggered epoll
+        // would report it without pause. Try again shortly, when others may have left.
+        PauseAccepting();
+      }
+      return;
     }
   }
 
   void Admit(ScopedFd client, bool tcp) {
-    auto socket = std::make_unique<FrameSocket>(std::move(client), options.io_timeout_ms);
     if (live.load() >= options.max_connections) {
       if (options.metrics) options.metrics->ConnectionRejected();
-      SendError(*socket, Status::ResourceExhausted("the server has " + std::to_string(options.max_connections) +
-                                                   " connections, its limit"),
-                0, protocol::MessageType::kError, options.limits);
+      const std::vector<std::byte> refusal = server::ErrorFrame(
+          Status::ResourceExhausted("the server has " + std::to_string(options.max_connections) + " connections, its limit"),
+          0, protocol::MessageType::kError, options.limits);
+      // A fresh socket's buffer takes the small frame whole; best effort.
+      (void)server::NewPlainStream(client.get())->TryWrite(refusal, {});
       return;
     }
-    std::lock_guard lock(mu);
-    Connection& c = connections.emplace_back();
-    c.socket = std::move(socket);
+    const uint64_t id = next_id++;
+    auto connection = std::make_unique<server::Connection>(*context, id, std::move(client), tcp);
+    if (!connection->Open().ok()) return;
+    connections.emplace(id, std::move(connection));
     ++live;
     if (options.metrics) options.metrics->ConnectionOpened();
-    c.thread = std::thread([this, &c, tcp] {
-      if (!tcp || tls == nullptr || Secure(*c.socket)) Serve(*c.socket, tcp);
-      c.socket->Hangup();
-      --live;
-      if (options.metrics) options.metrics->ConnectionClosed();
-      c.finished.store(true);
-    });
   }
 
-  // The server's side of the TLS handshake, on the connection's own thread (the acceptor
-  // never waits for a client). False when the connection must close: a plain kvtier client
-  // is told why in its own framing first; every failure is counted.
-  bool Secure(FrameSocket& socket) {
-    const int timeout_ms = options.tls.handshake_timeout_ms;
-    const Result<bool> plain = server::PlainKvtierWaiting(socket.fd(), timeout_ms);
-    Result<std::unique_ptr<server::ByteStream>> stream =
-        plain.ok() && !*plain ? tls->Accept(socket.fd(), timeout_ms) : Status::Unavailable("not a TLS client");
-    if (stream.ok()) {
-      socket.UseStream(std::move(*stream));
-      return true;
-    }
-    // Counted before the plain client is told, so that the count is there once it knows.
-    if (options.metrics) options.metrics->TlsHandshakeFailed();
-    if (plain.ok() && *plain) {
-      SendError(socket, Status::FailedPrecondition("this kvtier port speaks TLS: connect with TLS (ClientOptions::tls)"),
-                0, protocol::MessageType::kError, options.limits);
-      DiscardWaiting(socket.fd());
-    }
-    return false;
+  // A finished connection goes, and its Session (pins, expectations, mappings) with it.
+  void Forget(uint64_t id) {
+    if (connections.erase(id) == 0) return;
+    --live;
+    if (options.metrics) options.metrics->ConnectionClosed();
+    if (stopping && connections.empty()) loop->Stop();
   }
 
-  void ReapFinished() {
-    std::lock_guard lock(mu);
-    for (auto it = connections.begin(); it != connections.end();) {
-      if (it->finished.load()) {
-        it->thread.join();
-        it = connections.erase(it);
-      } else {
-        ++it;
+  void PauseAccepting() {
+    accept_resumes = Clock::now() + std::chrono::milliseconds(kAcceptPauseMs);
+    for (const ScopedFd* listener : {&unix_listener, &tcp_listener}) {
+      if (listener->valid()) (void)loop->Change(listener->get(), 0);
+    }
+  }
+
+  void Tick() {
+    const auto now = Clock::now();
+    for (auto& [id, connection] : connections) connection->CheckDeadline(now);
+    if (accept_resumes && now >= *accept_resumes && !stopping) {
+      accept_resumes.reset();
+      for (const ScopedFd* listener : {&unix_listener, &tcp_listener}) {
+        if (listener->valid()) (void)loop->Change(listener->get(), EPOLLIN);
       }
     }
   }
 
-  // One connection: frames in, replies out, until the peer leaves, a frame is malformed or
-  // the server shuts down. The session (and its pins and mappings) dies with the loop.
-  void Serve(FrameSocket& socket, bool tcp) {
-    server::Session session(store, options, tcp);
-    std::vector<std::byte> payload, out;
-    std::vector<ScopedFd> fds;
-    while (!stopping.load()) {
-      fds.clear();
-      Result<protocol::FrameHeader> header = socket.Receive(options.limits, payload, fds);
-      if (!header.ok()) {
-        if (header.status().code() == StatusCode::kInvalidArgument) {
-          if (options.metrics) options.metrics->FrameRejected();
-          SendError(socket, header.status(), 0, protocol::MessageType::kError, options.limits);
-        }
-        return;  // closed, reset, stalled or shut down
-      }
-      const auto start = std::chrono::steady_clock::now();
-      Result<protocol::Message> request = protocol::DecodePayload(*header, payload, options.limits);
-      if (!request.ok() || header->reply) {
-        if (options.metrics) options.metrics->FrameRejected();
-        SendError(socket, request.ok() ? Status::InvalidArgument("a client sent a reply frame") : request.status(),
-                  header->request_id, header->type, options.limits);
-        return;
-      }
-      if (options.metrics) options.metrics->InFlightAdd(1);
-      // Each request is answered in the protocol version of its frame (version 1 clients
-      // get no checksums).
-      server::Reply reply = session.Handle(*request, header->version, fds);
-      // Counted before the reply leaves: a client that sees the refusal sees the count.
-      if (options.metrics && reply.put_checksum_mismatches > 0) {
-        options.metrics->PutChecksumMismatches(reply.put_checksum_mismatches);
-      }
-      out.clear();
-      Status encoded =
-          protocol::EncodeFrame(reply.message, header->request_id, header->type, options.limits, out, header->version);
-      if (!encoded.ok()) {  // e.g. a reply over the frame limit: say so instead
-        reply = {protocol::ErrorReply{encoded.code(), encoded.message().substr(0, options.limits.max_string_bytes)}};
-        out.clear();
-        encoded =
-            protocol::EncodeFrame(reply.message, header->request_id, header->type, options.limits, out, header->version);
-      }
-      const bool ok = !std::holds_alternative<protocol::ErrorReply>(reply.message);
-      const Status sent = encoded.ok() ? socket.Send(out) : encoded;
-      if (options.metrics) {
-        options.metrics->InFlightAdd(-1);
-        options.metrics->RecordRequest(header->type,
-                                       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), ok,
-                                       reply.blocks, reply.payload_bytes);
-      }
-      if (!sent.ok() || reply.close) return;
+  // On the loop: stop accepting, and let every connection finish what it is doing.
+  void BeginStop() {
+    stopping = true;
+    for (ScopedFd* listener : {&unix_listener, &tcp_listener}) {
+      if (!listener->valid()) continue;
+      loop->Unwatch(listener->get());
+      *listener = ScopedFd();
     }
+    for (auto& [id, connection] : connections) connection->BeginShutdown();
+    if (connections.empty()) loop->Stop();
   }
 
   void Shutdown() {
     {
-      std::lock_guard lock(mu);
+      std::lock_guard lock(shutdown_mu);
       if (shut_down) return;
       shut_down = true;
     }
-    stopping.store(true);
-    if (wake_pipe[1] >= 0) (void)::write(wake_pipe[1], "x", 1);
-    if (acceptor.joinable()) acceptor.join();
-    unix_listener = ScopedFd();
-    tcp_listener = ScopedFd();
+    if (loop_thread.joinable()) {
+      loop->Post([this] { BeginStop(); });
+      loop_thread.join();
+    }
+    workers.reset();
     if (!options.unix_socket_path.empty()) ::unlink(options.unix_socket_path.c_str());
-    // Readers blocked between frames wake with end-of-stream; a request being served
-    // finishes and its reply is still sent.
-    std::lock_guard lock(mu);
-    for (Connection& c : connections) c.socket->ShutdownRead();
-    for (Connection& c : connections) c.thread.join();
-    connections.clear();
   }
 };
 
 Result<std::unique_ptr<Server>> Server::Start(TieredStore& store, ServerOptions options) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
   auto impl = std::make_unique<Impl>(store, std::move(options));
-  if (::pipe2(impl->wake_pipe, O_CLOEXEC) != 0) return ErrnoStatus("server", "pipe", errno);
   if (impl->options.tcp && impl->options.tls.enabled()) {
     KVTIER_ASSIGN_OR_RETURN(impl->tls, server::TlsContext::ForServer(impl->options.tls));
   }
@@ -323,8 +271,7 @@ Result<std::unique_ptr<Server>> Server::Start(TieredStore& store, ServerOptions 
     impl->tcp_listener = std::move(tcp.first);
     impl->bound_tcp_port = tcp.second;
   }
-  Impl* raw = impl.get();
-  impl->acceptor = std::thread([raw] { raw->AcceptLoop(); });
+  KVTIER_RETURN_IF_ERROR(impl->StartLoop());
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 

@@ -14,9 +14,9 @@ endif()
 
 # The service (server.h) and its client (client.h): frames over sockets (plain or TLS),
 # shared memory, tenants and the per-connection sessions.
-kvtier_add_sources(server/byte_stream.cc server/frame_io.cc server/tls.cc server/shared_segment.cc server/tenant_namespace.cc server/session.cc
+kvtier_add_sources(server/byte_stream.cc server/frame_io.cc server/frame_assembler.cc server/event_loop.cc server/connection.cc server/tls.cc server/shared_segment.cc server/tenant_namespace.cc server/session.cc
                    server/server.cc server/client.cc)
-kvtier_add_tests(io server/server_test.cc server/tls_test.cc testing/test_certs.cc testing/test_certs_test.cc)
+kvtier_add_tests(io server/server_test.cc server/server_event_loop_test.cc server/frame_assembler_test.cc server/tls_test.cc testing/test_certs.cc testing/test_certs_test.cc)
 kvtier_tests_enabled(io io_tests)
 if(io_tests)
   # testing/test_certs.h makes the TLS tests' certificates with OpenSSL.
@@ -24,6 +24,7 @@ if(io_tests)
 endif()
 
 # The daemon of `kvtier serve` (daemon.h): configuration, store, listeners, metrics.
-kvtier_add_sources(server/serve_config.cc server/tier_health.cc server/daemon.cc)
+kvtier_add_sources(server/serve_config.cc server/tier_health.cc server/descriptor_limit.cc server/daemon.cc)
 kvtier_add_tests(io server/daemon_test.cc)
+kvtier_add_tests(pure server/descriptor_limit_test.cc)
 kvtier_add_tests(concurrency server/tier_health_test.cc)

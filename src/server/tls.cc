@@ -105,56 +105,46 @@ Result<SSL_CTX*> NewContext(const SSL_METHOD* method) {
 
 class TlsStream final : public ByteStream {
  public:
-  TlsStream(SslPtr ssl, int fd) : ssl_(std::move(ssl)), fd_(fd) {}
+  TlsStream(SslPtr ssl, int fd) : ByteStream(fd), ssl_(std::move(ssl)) {}
 
-  Status Write(std::span<const std::byte> bytes, std::span<const int> fds, int timeout_ms) override {
+  Result<StreamProgress> TryWrite(std::span<const std::byte> bytes, std::span<const int> fds) override {
     if (!fds.empty()) return Status::InvalidArgument("descriptors cannot travel over TLS");
-    std::size_t sent = 0;
-    while (sent < bytes.size()) {
-      ::ERR_clear_error();
-      std::size_t n = 0;
-      const int rc = [&] {
-        const SigpipeBlocked blocked;
-        return ::SSL_write_ex(ssl_.get(), bytes.data() + sent, bytes.size() - sent, &n);
-      }();
-      if (rc == 1) {
-        sent += n;
-        continue;
-      }
-      KVTIER_RETURN_IF_ERROR(Await(rc, "send", timeout_ms));
-    }
-    return Status::Ok();
+    ::ERR_clear_error();
+    std::size_t n = 0;
+    const int rc = [&] {
+      const SigpipeBlocked blocked;
+      return ::SSL_write_ex(ssl_.get(), bytes.data(), bytes.size(), &n);
+    }();
+    if (rc == 1) return StreamProgress{.bytes = n};
+    KVTIER_ASSIGN_OR_RETURN(short wants, Wants(rc, "send"));
+    return StreamProgress{.wants = wants};
   }
 
-  Result<std::size_t> ReadSome(std::span<std::byte> into, std::vector<ScopedFd>&, int timeout_ms) override {
-    for (;;) {
-      ::ERR_clear_error();
-      std::size_t n = 0;
-      const int rc = [&] {
-        const SigpipeBlocked blocked;  // a read may write (TLS 1.3 tickets, key updates, alerts)
-        return ::SSL_read_ex(ssl_.get(), into.data(), into.size(), &n);
-      }();
-      if (rc == 1) return n;
-      const int error = ::SSL_get_error(ssl_.get(), rc);
-      if (error == SSL_ERROR_ZERO_RETURN) return std::size_t{0};
-      // A socket shut down under us (the server stopping) reads as an end of stream too.
-      if (error == SSL_ERROR_SYSCALL && ::ERR_peek_error() == 0) return std::size_t{0};
-      KVTIER_RETURN_IF_ERROR(Await(rc, "receive", timeout_ms));
-    }
+  Result<StreamProgress> TryRead(std::span<std::byte> into, std::vector<ScopedFd>&) override {
+    ::ERR_clear_error();
+    std::size_t n = 0;
+    const int rc = [&] {
+      const SigpipeBlocked blocked;  // a read may write (TLS 1.3 tickets, key updates, alerts)
+      return ::SSL_read_ex(ssl_.get(), into.data(), into.size(), &n);
+    }();
+    if (rc == 1) return StreamProgress{.bytes = n};
+    const int error = ::SSL_get_error(ssl_.get(), rc);
+    if (error == SSL_ERROR_ZERO_RETURN) return StreamProgress{.end = true};
+    // A socket shut down under us (the server stopping) reads as an end of stream too.
+    if (error == SSL_ERROR_SYSCALL && ::ERR_peek_error() == 0) return StreamProgress{.end = true};
+    KVTIER_ASSIGN_OR_RETURN(short wants, Wants(rc, "receive"));
+    return StreamProgress{.wants = wants};
   }
 
-  bool ReadableNow() const override {
-    if (::SSL_pending(ssl_.get()) > 0) return true;
-    pollfd p{.fd = fd_, .events = POLLIN, .revents = 0};
-    return ::poll(&p, 1, 0) > 0;
-  }
+  bool ConcurrentReadWrite() const override { return false; }
+  bool Buffered() const override { return ::SSL_pending(ssl_.get()) > 0; }
 
  private:
-  // After an operation returned `rc`: waits for what it wants, or says why it failed.
-  Status Await(int rc, const char* what, int timeout_ms) {
+  // After an operation returned `rc`: the socket readiness it waits for, or why it failed.
+  Result<short> Wants(int rc, const char* what) {
     switch (::SSL_get_error(ssl_.get(), rc)) {
-      case SSL_ERROR_WANT_READ: return WaitForSocket(fd_, POLLIN, timeout_ms);
-      case SSL_ERROR_WANT_WRITE: return WaitForSocket(fd_, POLLOUT, timeout_ms);
+      case SSL_ERROR_WANT_READ: return static_cast<short>(POLLIN);
+      case SSL_ERROR_WANT_WRITE: return static_cast<short>(POLLOUT);
       case SSL_ERROR_SYSCALL:
         if (::ERR_peek_error() == 0) return Status::Unavailable(std::string("TLS ") + what + " failed: " + std::strerror(errno));
         [[fallthrough]];
@@ -163,8 +153,24 @@ class TlsStream final : public ByteStream {
   }
 
   SslPtr ssl_;
-  const int fd_;
 };
+
+// One step of SSL_accept or SSL_connect on a non-blocking socket: 0 when the handshake is
+// done, else the readiness (POLLIN, POLLOUT) it waits for; Unavailable when it failed.
+template <typename Step>
+Result<short> HandshakeStep(SSL* ssl, Step step) {
+  ::ERR_clear_error();
+  const int rc = [&] {
+    const SigpipeBlocked blocked;
+    return step(ssl);
+  }();
+  if (rc == 1) return short{0};
+  const int error = ::SSL_get_error(ssl, rc);
+  if (error == SSL_ERROR_WANT_READ) return static_cast<short>(POLLIN);
+  if (error == SSL_ERROR_WANT_WRITE) return static_cast<short>(POLLOUT);
+  const bool quiet = error == SSL_ERROR_SYSCALL && ::ERR_peek_error() == 0;
+  return Status::Unavailable("TLS handshake failed: " + (quiet ? std::string("the peer closed the connection") : TakeErrors()));
+}
 
 // Runs SSL_accept or SSL_connect to completion on non-blocking `fd` within `timeout_ms`
 // (0: no limit).
@@ -172,24 +178,15 @@ template <typename Step>
 Status Handshake(SSL* ssl, int fd, int timeout_ms, Step step) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
-    ::ERR_clear_error();
-    const int rc = [&] {
-      const SigpipeBlocked blocked;
-      return step(ssl);
-    }();
-    if (rc == 1) return Status::Ok();
-    const int error = ::SSL_get_error(ssl, rc);
-    if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) {
-      const bool quiet = error == SSL_ERROR_SYSCALL && ::ERR_peek_error() == 0;
-      return Status::Unavailable("TLS handshake failed: " + (quiet ? std::string("the peer closed the connection") : TakeErrors()));
-    }
+    KVTIER_ASSIGN_OR_RETURN(short wants, HandshakeStep(ssl, step));
+    if (wants == 0) return Status::Ok();
     int wait_ms = -1;
     if (timeout_ms > 0) {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) return Status::Unavailable("TLS handshake did not finish within " + std::to_string(timeout_ms) + " ms");
       wait_ms = static_cast<int>(left);
     }
-    pollfd p{.fd = fd, .events = static_cast<short>(error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT), .revents = 0};
+    pollfd p{.fd = fd, .events = wants, .revents = 0};
     if (::poll(&p, 1, wait_ms) < 0 && errno != EINTR) return Status::Unavailable(std::string("poll failed: ") + std::strerror(errno));
   }
 }
@@ -235,10 +232,19 @@ Result<std::unique_ptr<TlsContext>> TlsContext::ForClient(const ClientTlsOptions
 
 TlsContext::~TlsContext() { ::SSL_CTX_free(ctx_); }
 
-Result<std::unique_ptr<ByteStream>> TlsContext::Accept(int fd, int timeout_ms) const {
+Result<std::unique_ptr<TlsAccept>> TlsContext::StartAccept(int fd) const {
   KVTIER_ASSIGN_OR_RETURN(SslPtr ssl, NewSsl(ctx_, fd));
-  KVTIER_RETURN_IF_ERROR(Handshake(ssl.get(), fd, timeout_ms, ::SSL_accept));
-  return std::unique_ptr<ByteStream>(new TlsStream(std::move(ssl), fd));
+  return std::unique_ptr<TlsAccept>(new TlsAccept(ssl.release(), fd));
+}
+
+TlsAccept::~TlsAccept() { ::SSL_free(ssl_); }
+
+Result<short> TlsAccept::Step() { return HandshakeStep(ssl_, ::SSL_accept); }
+
+std::unique_ptr<ByteStream> TlsAccept::TakeStream() {
+  SslPtr ssl(ssl_, &::SSL_free);
+  ssl_ = nullptr;
+  return std::make_unique<TlsStream>(std::move(ssl), fd_);
 }
 
 Result<std::unique_ptr<ByteStream>> TlsContext::Connect(int fd, const std::string& server_name, int timeout_ms) const {
@@ -264,13 +270,10 @@ Result<std::unique_ptr<ByteStream>> TlsContext::Connect(int fd, const std::strin
   return shaken;
 }
 
-Result<bool> PlainKvtierWaiting(int fd, int timeout_ms) {
-  pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
-  if (::poll(&p, 1, timeout_ms > 0 ? timeout_ms : -1) <= 0) {
-    return Status::Unavailable("the client sent nothing within " + std::to_string(timeout_ms) + " ms");
-  }
+Result<bool> PlainKvtierWaiting(int fd) {
   char first[4] = {};
   const ssize_t n = ::recv(fd, first, sizeof(first), MSG_PEEK | MSG_DONTWAIT);
+  if (n < 0) return Status::Unavailable(std::string("the client's first bytes cannot be read: ") + std::strerror(errno));
   // protocol::kMagic as it appears on the wire; a TLS ClientHello starts with 0x16.
   return n == static_cast<ssize_t>(sizeof(first)) && std::memcmp(first, "KVTP", sizeof(first)) == 0;
 }

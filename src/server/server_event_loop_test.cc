@@ -1,0 +1,318 @@
+// The server's event loop under load and misbehaviour (issue 19): thousands of connections
+// open at once, clients that stall or do not read, pipelined requests, and a shutdown with
+// requests in flight. server_test.cc has the behaviour of single connections.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "kvtier/client.h"
+#include "kvtier/server.h"
+#include "kvtier/tiers.h"
+#include "server/frame_io.h"
+#include "server/service_metrics.h"
+#include "testing/faulty_tier.h"
+#include "testing/test_store.h"
+#include "util/posix_file.h"
+
+namespace kvtier {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kBlockBytes = 64 << 10;
+
+BlockKey Key(uint64_t chain, uint64_t i) { return {chain * 0x9E3779B97F4A7C15ull + 7, i + 1}; }
+
+std::vector<std::byte> Payload(uint64_t chain, std::size_t bytes = kBlockBytes) {
+  std::vector<std::byte> payload(bytes);
+  for (std::size_t k = 0; k < payload.size(); ++k) payload[k] = static_cast<std::byte>((k * 17 + chain * 5) & 0xff);
+  return payload;
+}
+
+// A connection that speaks frames itself: it can pipeline, stop halfway or never read.
+class RawConnection {
+ public:
+  explicit RawConnection(ScopedFd fd) : socket_(std::move(fd), 10000) {}
+
+  int fd() const { return socket_.fd(); }
+  Status Send(const protocol::Message& m, uint64_t request_id) {
+    std::vector<std::byte> frame;
+    KVTIER_RETURN_IF_ERROR(protocol::EncodeFrame(m, request_id, protocol::MessageType::kError, {}, frame));
+    return socket_.Send(frame);
+  }
+  // The next reply, and its request id.
+  Result<std::pair<uint64_t, protocol::Message>> Receive() {
+    std::vector<std::byte> payload;
+    std::vector<ScopedFd> fds;
+    KVTIER_ASSIGN_OR_RETURN(protocol::FrameHeader header, socket_.Receive({}, payload, fds));
+    KVTIER_ASSIGN_OR_RETURN(protocol::Message m, protocol::DecodePayload(header, payload, {}));
+    return std::pair<uint64_t, protocol::Message>(header.request_id, std::move(m));
+  }
+  // Hello without shared memory, and its reply.
+  Status Hello() {
+    KVTIER_RETURN_IF_ERROR(Send(protocol::Hello{}, 1));
+    KVTIER_ASSIGN_OR_RETURN(auto reply, Receive());
+    if (!std::holds_alternative<protocol::HelloReply>(reply.second)) return Status::Internal("Hello was refused");
+    return Status::Ok();
+  }
+
+ private:
+  server::FrameSocket socket_;
+};
+
+class ServerEventLoopTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/kvtier-loop-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    store_ = testing::DramOnlyStore(128u << 20);
+    ASSERT_NE(store_, nullptr);
+  }
+  void TearDown() override {
+    server_.reset();
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void StartServer(ServerOptions options) {
+    options.unix_socket_path = dir_ + "/kvtier.sock";
+    options.metrics = &metrics_;
+    Result<std::unique_ptr<Server>> server = Server::Start(*store_, std::move(options));
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+  }
+
+  ScopedFd ConnectUnix() const {
+    ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, server_->unix_socket_path().c_str(), sizeof(addr.sun_path) - 1);
+    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) return ScopedFd();
+    return fd;
+  }
+
+  ScopedFd ConnectTcp() const {
+    ScopedFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(server_->tcp_port());
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) return ScopedFd();
+    return fd;
+  }
+
+  std::string dir_;
+  server::ServiceMetrics metrics_;
+  std::unique_ptr<TieredStore> store_;
+  std::unique_ptr<Server> server_;
+};
+
+TEST_F(ServerEventLoopTest, TwoThousandConnectionsAtOnceAreAllServed) {
+  constexpr std::size_t kConnections = 2048;
+  // Both ends of every connection live in this process, plus the store's and the test's own.
+  constexpr rlim_t kNeeded = 2 * kConnections + 256;
+  rlimit limit{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &limit), 0);
+  if (limit.rlim_max != RLIM_INFINITY && limit.rlim_max < kNeeded) {
+    GTEST_SKIP() << "RLIMIT_NOFILE's hard limit is " << limit.rlim_max << "; this test needs " << kNeeded
+                 << " descriptors (raise it with ulimit -Hn)";
+  }
+  if (limit.rlim_cur < kNeeded) {
+    limit.rlim_cur = std::min<rlim_t>(limit.rlim_max, 2 * kNeeded);
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &limit), 0) << std::strerror(errno);
+  }
+  StartServer({});
+
+  std::vector<std::unique_ptr<RawConnection>> connections;
+  for (std::size_t i = 0; i < kConnections; ++i) {
+    ScopedFd fd = ConnectUnix();
+    ASSERT_TRUE(fd.valid()) << "connection " << i << ": " << std::strerror(errno);
+    connections.push_back(std::make_unique<RawConnection>(std::move(fd)));
+  }
+  // Every request is sent before any reply is read: all of them wait in the server at once.
+  for (std::size_t i = 0; i < kConnections; ++i) ASSERT_TRUE(connections[i]->Send(protocol::Hello{}, i + 1).ok()) << i;
+  std::size_t errors = 0;
+  for (std::size_t i = 0; i < kConnections; ++i) {
+    Result<std::pair<uint64_t, protocol::Message>> reply = connections[i]->Receive();
+    if (!reply.ok() || reply->first != i + 1 || !std::holds_alternative<protocol::HelloReply>(reply->second)) ++errors;
+  }
+  EXPECT_EQ(errors, 0u);
+  EXPECT_EQ(server_->connections(), kConnections);
+  EXPECT_EQ(metrics_.Read().connections_rejected, 0u);
+}
+
+TEST_F(ServerEventLoopTest, ClientStalledMidFrameDoesNotDelayOthersEvenWithOneWorker) {
+  ServerOptions options;
+  options.workers = 1;
+  options.io_timeout_ms = 30000;
+  StartServer(options);
+  RawConnection stalled(ConnectUnix());
+  ASSERT_TRUE(stalled.Hello().ok());
+  protocol::Put put;
+  put.blocks.push_back({.key = Key(1, 0), .payload = {.length = kBlockBytes}, .inline_bytes = Payload(1),
+                        .checksum = PayloadChecksum(Payload(1))});
+  std::vector<std::byte> frame;
+  ASSERT_TRUE(protocol::EncodeFrame(put, 2, protocol::MessageType::kError, {}, frame).ok());
+  ASSERT_EQ(::write(stalled.fd(), frame.data(), frame.size() / 2), static_cast<ssize_t>(frame.size() / 2));
+
+  // Far within the stalled client's timeout, another is served again and again.
+  const auto start = Clock::now();
+  Result<std::unique_ptr<Client>> other = Client::ConnectUnix(server_->unix_socket_path());
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  for (uint64_t chain = 10; chain < 30; ++chain) {
+    const std::vector<std::byte> payload = Payload(chain);
+    std::span<std::byte> shm = (*other)->shared_memory().first(kBlockBytes);
+    std::ranges::copy(payload, shm.begin());
+    const std::vector<ClientBlock> blocks = {{.key = Key(chain, 0), .payload = shm}};
+    ASSERT_TRUE((*other)->Put(blocks).ok());
+  }
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ((*(*other)->Lookup({{Key(1, 0)}}))[0].prefix_blocks, 0u);  // the stalled put is not stored yet
+  // Its frame finishes late, and is served.
+  ASSERT_EQ(::write(stalled.fd(), frame.data() + frame.size() / 2, frame.size() - frame.size() / 2),
+            static_cast<ssize_t>(frame.size() - frame.size() / 2));
+  Result<std::pair<uint64_t, protocol::Message>> reply = stalled.Receive();
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_TRUE(std::holds_alternative<protocol::PutReply>(reply->second));
+}
+
+TEST_F(ServerEventLoopTest, ClientThatNeverReadsItsRepliesDoesNotStopOthers) {
+  ServerOptions options;
+  options.tcp = true;
+  options.workers = 1;
+  options.io_timeout_ms = 0;  // the hog reads late; a slow (sanitized) run must not cut it off first
+  StartServer(options);
+  constexpr std::size_t kBig = 1u << 20;
+  Result<std::unique_ptr<Client>> writer = Client::ConnectTcp("127.0.0.1", server_->tcp_port());
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  const std::vector<std::byte> big = Payload(2, kBig);
+  const std::vector<ClientBlock> blocks = {{.key = Key(2, 0), .payload = big}};
+  ASSERT_TRUE((*writer)->Put(blocks).ok());
+
+  // 64 inline Gets of 1 MiB each, and not one reply read: far more than the socket buffers
+  // and the server's per-connection reply buffer hold.
+  RawConnection hog(ConnectTcp());
+  ASSERT_TRUE(hog.Hello().ok());
+  const int small_buffer = 64 << 10;
+  ::setsockopt(hog.fd(), SOL_SOCKET, SO_RCVBUF, &small_buffer, sizeof(small_buffer));
+  protocol::Get get{.keys = {Key(2, 0)}, .destinations = {{.length = kBig}}};
+  std::vector<std::byte> frame;
+  ASSERT_TRUE(protocol::EncodeFrame(get, 100, protocol::MessageType::kError, {}, frame).ok());
+  std::vector<std::byte> frames;
+  for (int i = 0; i < 64; ++i) frames.insert(frames.end(), frame.begin(), frame.end());
+  // The hog's socket may stop taking its requests once the server stops reading it.
+  (void)::send(hog.fd(), frames.data(), frames.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+
+  for (uint64_t round = 0; round < 10; ++round) {
+    std::vector<std::byte> back(kBig);
+    const std::vector<std::span<std::byte>> outs = {back};
+    Result<std::vector<uint32_t>> sizes = (*writer)->Get(std::vector<BlockKey>{Key(2, 0)}, outs);
+    ASSERT_TRUE(sizes.ok()) << "round " << round << ": " << sizes.status().ToString();
+    ASSERT_EQ(*sizes, std::vector<uint32_t>{kBig});
+    EXPECT_EQ(back, big);
+  }
+  // The hog's replies were kept for it, in order, once it reads.
+  for (int i = 0; i < 3; ++i) {
+    Result<std::pair<uint64_t, protocol::Message>> reply = hog.Receive();
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    ASSERT_TRUE(std::holds_alternative<protocol::GetReply>(reply->second));
+    EXPECT_EQ(std::get<protocol::GetReply>(reply->second).inline_blocks.at(0), big);
+  }
+}
+
+TEST_F(ServerEventLoopTest, PipelinedRequestsComeBackInOrder) {
+  ServerOptions options;
+  options.workers = 4;
+  StartServer(options);
+  RawConnection client(ConnectUnix());
+  ASSERT_TRUE(client.Hello().ok());
+  // A put, then a lookup of the block just put and of the next one, again and again, all
+  // sent before any reply is read: each lookup finds its put's block and not the next put's,
+  // which holds only if they ran one at a time and in order.
+  constexpr uint64_t kRounds = 50;
+  std::vector<std::byte> frames;
+  for (uint64_t i = 0; i < kRounds; ++i) {
+    const std::vector<std::byte> payload = Payload(i, 4096);
+    protocol::Put put;
+    put.blocks.push_back({.key = Key(3, i), .payload = {.length = 4096}, .inline_bytes = payload,
+                          .checksum = PayloadChecksum(payload)});
+    std::vector<std::byte> frame;
+    ASSERT_TRUE(protocol::EncodeFrame(put, 2 * i + 10, protocol::MessageType::kError, {}, frame).ok());
+    frames.insert(frames.end(), frame.begin(), frame.end());
+    frame.clear();  // EncodeFrame appends
+    ASSERT_TRUE(protocol::EncodeFrame(protocol::Lookup{{{Key(3, i)}, {Key(3, i + 1)}}}, 2 * i + 11, protocol::MessageType::kError, {}, frame).ok());
+    frames.insert(frames.end(), frame.begin(), frame.end());
+  }
+  ASSERT_EQ(::write(client.fd(), frames.data(), frames.size()), static_cast<ssize_t>(frames.size()));
+  for (uint64_t i = 0; i < kRounds; ++i) {
+    Result<std::pair<uint64_t, protocol::Message>> put = client.Receive();
+    ASSERT_TRUE(put.ok()) << put.status().ToString();
+    EXPECT_EQ(put->first, 2 * i + 10);
+    EXPECT_TRUE(std::holds_alternative<protocol::PutReply>(put->second));
+    Result<std::pair<uint64_t, protocol::Message>> lookup = client.Receive();
+    ASSERT_TRUE(lookup.ok()) << lookup.status().ToString();
+    EXPECT_EQ(lookup->first, 2 * i + 11);
+    ASSERT_TRUE(std::holds_alternative<protocol::LookupReply>(lookup->second));
+    const protocol::LookupReply& found = std::get<protocol::LookupReply>(lookup->second);
+    EXPECT_EQ(found.chains.at(0).prefix_blocks, 1u) << "round " << i;
+    EXPECT_EQ(found.chains.at(1).prefix_blocks, 0u) << "round " << i;
+  }
+}
+
+TEST_F(ServerEventLoopTest, ShutdownFinishesTheRequestsInFlightAndSendsTheirReplies) {
+  Result<std::unique_ptr<Tier>> dram = NewDramTier(
+      {.name = "dram", .capacity_bytes = 64u << 20, .lock_memory = false, .huge_pages = false, .pin_for_gpu = false});
+  ASSERT_TRUE(dram.ok()) << dram.status().ToString();
+  auto faulty = std::make_unique<testing::FaultyTier>(std::move(*dram));
+  faulty->AddLatency(std::chrono::milliseconds(300));
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(std::move(faulty));
+  Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(std::move(tiers), {});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  store_ = std::move(*store);
+  constexpr uint32_t kClients = 4;
+  ServerOptions options;
+  options.workers = kClients;
+  StartServer(options);
+
+  std::vector<std::unique_ptr<RawConnection>> clients;
+  for (uint32_t c = 0; c < kClients; ++c) {
+    clients.push_back(std::make_unique<RawConnection>(ConnectUnix()));
+    ASSERT_TRUE(clients.back()->Hello().ok());
+  }
+  for (uint32_t c = 0; c < kClients; ++c) {
+    const std::vector<std::byte> payload = Payload(c, 4096);
+    protocol::Put put;
+    put.blocks.push_back({.key = Key(4, c), .payload = {.length = 4096}, .inline_bytes = payload,
+                          .checksum = PayloadChecksum(payload)});
+    ASSERT_TRUE(clients[c]->Send(put, 7).ok());
+  }
+  // Every put is being served (each waits in the slow tier) when the server is told to stop.
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (metrics_.Read().in_flight < kClients && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(metrics_.Read().in_flight, kClients);
+  server_->Shutdown();
+  for (uint32_t c = 0; c < kClients; ++c) {
+    Result<std::pair<uint64_t, protocol::Message>> reply = clients[c]->Receive();
+    ASSERT_TRUE(reply.ok()) << "client " << c << ": " << reply.status().ToString();
+    EXPECT_EQ(reply->first, 7u);
+    EXPECT_TRUE(std::holds_alternative<protocol::PutReply>(reply->second));
+    EXPECT_EQ(clients[c]->Receive().status().code(), StatusCode::kNotFound) << "then the server closes";
+  }
+  EXPECT_EQ(metrics_.Read().in_flight, 0);
+  EXPECT_EQ(server_->connections(), 0u);
+}
+
+}  // namespace
+}  // namespace kvtier
