@@ -117,7 +117,7 @@ Status ServerOptions::Validate() const {
 }
 
 uint32_t ServerOptions::worker_threads() const {
-  return workers > 0 ? workers : std::max(2u, std::thread::hardware_concurrency());
+  return workers > 0 ? workers : std::clamp(4 * std::thread::hardware_concurrency(), 8u, 64u);
 }
 
 // Lock order: shutdown_mu alone; everything else belongs to the loop's thread (connections,

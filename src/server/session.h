@@ -2,7 +2,8 @@
 // its mapped shared-memory segments, its pins and its expected reads. The server reads frames and hands each
 // decoded request here; the reply (an ErrorReply when refused) goes back on the socket.
 //
-// Thread-safety: a Session belongs to its connection's thread.
+// Thread-safety: not thread-safe. The server hands a connection's requests to one worker at a
+// time, in order (server.h), so a Session is never used by two threads at once.
 #pragma once
 
 #include <cstdint>

@@ -94,7 +94,7 @@ class TlsTest : public ::testing::Test {
     EXPECT_EQ(buffers, payloads);
   }
 
-  // The server counts a failed handshake on its connection's thread, which may finish after
+  // The server counts a failed handshake on its event loop, which may finish after
   // the client has seen the failure.
   uint64_t HandshakeFailures(uint64_t expected) const {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
