@@ -1,10 +1,8 @@
 #include "chaos_daemon.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +16,7 @@
 #include <thread>
 
 #include "chaos_model.h"
+#include "serve_child.h"
 #include "kvtier/client.h"
 
 namespace kvtier::bench::chaos {
@@ -78,22 +77,7 @@ Result<std::unique_ptr<ChaosDaemon>> ChaosDaemon::Create(DaemonSetup setup) {
 ChaosDaemon::~ChaosDaemon() { Kill(); }
 
 Status ChaosDaemon::Start() {
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) return Status::IoError(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    // A benchmark killed by its user must not leave its daemon serving.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(1);
-    const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, STDOUT_FILENO);
-      ::dup2(fd, STDERR_FILENO);
-    }
-    ::execl("/proc/self/exe", "kvtier", "serve", "--config", config_.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  pid_ = pid;
+  KVTIER_ASSIGN_OR_RETURN(pid_, SpawnServe(config_, log_));
   const auto deadline = std::chrono::steady_clock::now() + 120s;
   while (std::chrono::steady_clock::now() < deadline) {
     if (std::optional<std::string> ended = Exited()) {

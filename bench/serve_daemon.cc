@@ -1,9 +1,7 @@
 #include "serve_daemon.h"
 
-#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +14,8 @@
 #include <thread>
 
 #include <httplib.h>
+
+#include "serve_child.h"
 
 namespace kvtier::bench {
 namespace {
@@ -83,23 +83,7 @@ Result<std::unique_ptr<ServeDaemon>> ServeDaemon::Start(ServeDaemonOptions optio
   std::ofstream out(config);
   out << ServeDaemonConfigYaml(options);
   if (!out.flush()) return Status::IoError("cannot write " + config);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) return Status::IoError(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    // A benchmark killed by its user must not leave its daemon serving.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(1);
-    if (options.cores > 0 && ::sched_setaffinity(0, sizeof cpus, &cpus) != 0) ::_exit(126);
-    const int fd = ::open(d->log_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, STDOUT_FILENO);
-      ::dup2(fd, STDERR_FILENO);
-    }
-    ::execl("/proc/self/exe", "kvtier", "serve", "--config", config.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  d->pid_ = pid;
+  KVTIER_ASSIGN_OR_RETURN(d->pid_, SpawnServe(config, d->log_, options.cores > 0 ? &cpus : nullptr));
   KVTIER_RETURN_IF_ERROR(d->WaitUntilListening());
   return d;
 }
