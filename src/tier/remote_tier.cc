@@ -21,7 +21,6 @@ constexpr std::size_t kHeaderBytes = RemoteTier::kHeaderBytes;
 // a whole batch.
 constexpr std::size_t kWindowCommands = 256;
 constexpr std::size_t kWindowBytes = 32u << 20;
-constexpr std::size_t kMinOpsPerConnection = RemoteTier::kMinOpsPerConnection;
 // A batch's parts wait in the workers' queue behind other batches' parts; Submit blocks past
 // this many, which only slows the callers down.
 constexpr std::size_t kMaxQueuedParts = 4096;
