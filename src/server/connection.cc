@@ -43,7 +43,6 @@ std::vector<std::byte> ErrorFrame(const Status& status, uint64_t request_id, pro
 Connection::Connection(const ConnectionContext& context, uint64_t id, ScopedFd fd, bool tcp)
     : context_(context),
       id_(id),
-      tcp_(tcp),
       fd_(std::move(fd)),
       phase_(tcp && context.tls != nullptr ? Phase::kSniffing : Phase::kOpen),
       session_(context.store, context.options, tcp),

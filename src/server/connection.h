@@ -101,7 +101,6 @@ class Connection {
 
   const ConnectionContext& context_;
   const uint64_t id_;
-  const bool tcp_;
   ScopedFd fd_;
   std::unique_ptr<ByteStream> stream_;  // borrows fd_, so it is reset first
   std::unique_ptr<TlsAccept> handshake_;
