@@ -132,7 +132,8 @@ TEST(PrefixCacheModel, ReplaysThroughTheEngineExactlyAsTheStore) {
   std::map<PolicyKind, uint64_t> hits;
   for (const PolicyKind policy : options.policies) {
     for (const uint64_t capacity : {40u, 400u}) {
-      for (const uint32_t engines : kSanitized ? std::vector<uint32_t>{2} : std::vector<uint32_t>{1, 2}) {
+      // Under ASan one engine: it queues the most, so the expectations change what is kept.
+      for (const uint32_t engines : kSanitized ? std::vector<uint32_t>{1} : std::vector<uint32_t>{1, 2}) {
         SCOPED_TRACE(std::string(PolicyKindName(policy)) + " capacity " + std::to_string(capacity) + " engines " +
                      std::to_string(engines));
         options.engine = EngineOptions{.engines = engines};
