@@ -303,9 +303,10 @@ Result<bool> TieredStore::Impl::SplitOut(const BlockKey& key, const BlockMeta& m
   return Status::Unavailable("store: no room below for block " + key.ToHex());
 }
 
-void TieredStore::Impl::PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch) {
-  Schedule([this, keys = std::move(keys), prefetch] {
+void TieredStore::Impl::PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch, std::vector<HeldPayload> held) {
+  Schedule([this, keys = std::move(keys), prefetch, held = std::move(held)]() mutable {
     std::vector<Promotion> moves = BeginPromotions(keys, prefetch);
+    TakeHeldPayloads(moves, held);
     ReadPromotions(moves);
     for (Promotion& move : moves) FinishPromotion(move, prefetch);
     KickRebalances();
@@ -329,16 +330,32 @@ std::vector<TieredStore::Impl::Promotion> TieredStore::Impl::BeginPromotions(std
   return moves;
 }
 
+void TieredStore::Impl::TakeHeldPayloads(std::vector<Promotion>& moves, std::vector<HeldPayload>& held) {
+  if (held.empty()) return;
+  std::unordered_map<BlockKey, HeldPayload*, BlockKeyHash> by_key;
+  for (HeldPayload& h : held) by_key.emplace(h.key, &h);
+  for (Promotion& move : moves) {
+    auto it = by_key.find(move.key);
+    // Bytes of another size, or from a copy that has moved since, are read afresh.
+    if (it == by_key.end() || it->second->tier != move.from || it->second->bytes.size() != move.meta.size_bytes) continue;
+    move.payload = std::move(it->second->bytes);
+    move.checksum = it->second->checksum;
+    move.read_done = true;
+  }
+}
+
 void TieredStore::Impl::ReadPromotions(std::vector<Promotion>& moves) {
   if (options.metadata_only) return;
-  for (Promotion& move : moves) move.payload.resize(move.meta.size_bytes);
+  for (Promotion& move : moves) {
+    if (!move.read_done) move.payload.resize(move.meta.size_bytes);
+  }
   // From a networked tier, one ReadBatch per tier: one round trip per node, not per block.
   for (int t = 1; t <= last_tier(); ++t) {
     if ((networked & (1u << t)) == 0) continue;
     std::vector<Tier::ReadOp> ops;
     std::vector<Promotion*> which;
     for (Promotion& move : moves) {
-      if (move.from != t || SplitIn(move.block, t)) continue;
+      if (move.read_done || move.from != t || SplitIn(move.block, t)) continue;
       ops.push_back({move.key, move.payload, &move.checksum});
       which.push_back(&move);
     }

@@ -84,6 +84,7 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
   }
   std::size_t read = 0;
   std::vector<BlockKey> from_below;               // promoted once the request has its bytes
+  std::vector<HeldPayload> held;                  // the bytes of those read from a networked tier
   std::vector<std::pair<int, BlockKey>> evict;  // copies found corrupt or lost, evicted after the reads
   std::vector<ReadHit> hits;                      // recorded together once the chain is read
   const std::vector<std::optional<ReadHit>> batched = ReadBatchedFromBelow(keys, outs, plan, evict);
@@ -105,6 +106,11 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
     previous = keys[i];
     if (hit->tier == 0) continue;
     from_below.push_back(keys[i]);
+    if (options.promote_on_read && !options.metadata_only && !hit->gathered && (networked & (1u << hit->tier))) {
+      // A copy now costs less than reading the block over the network a second time.
+      const std::span<const std::byte> bytes = out.first(hit->bytes);
+      held.push_back({.key = keys[i], .tier = hit->tier, .bytes = {bytes.begin(), bytes.end()}, .checksum = hit->checksum});
+    }
     // RoPE-aware prefetch: attention will want the blocks right after this one next; start
     // loading the window after it while this request goes on reading.
     if (options.prefetch && i + 1 > prefetched_until) {
@@ -129,7 +135,9 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
   }
   // A tier drops a block whose checksum failed; the halves of a split one are dropped here.
   for (const auto& [t, key] : evict) EvictFrom(t, key);
-  if (options.promote_on_read && !from_below.empty()) PromoteOrPrefetch(std::move(from_below), /*prefetch=*/false);
+  if (options.promote_on_read && !from_below.empty()) {
+    PromoteOrPrefetch(std::move(from_below), /*prefetch=*/false, std::move(held));
+  }
   KickRebalances();
   return read;
 }

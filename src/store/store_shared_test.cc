@@ -53,6 +53,16 @@ class SharedPool : public ::testing::Test {
     return store.ok() ? std::move(*store) : nullptr;
   }
 
+  // GETs the pool's server has answered (INFO commandstats).
+  uint64_t PoolGets() {
+    Result<RedisReply> info = servers_->Command(0, {"INFO", "commandstats"});
+    EXPECT_TRUE(info.ok()) << info.status().ToString();
+    if (!info.ok()) return 0;
+    const std::string text(ReplyText(**info));
+    const std::size_t at = text.find("cmdstat_get:calls=");
+    return at == std::string::npos ? 0 : std::stoull(text.substr(at + std::string("cmdstat_get:calls=").size()));
+  }
+
   std::unique_ptr<RedisServers> servers_;
 };
 
@@ -74,17 +84,20 @@ TEST_F(SharedPool, ANodeFindsAndReadsWhatAnotherPut) {
   EXPECT_EQ(kChainData.Get(*a, 3, 12), 12u);
 }
 
-// A chain read from the pool is promoted into the node's DRAM (its blocks read in one batch
-// per Redis node) and read from there next time, byte-equal.
+// A chain read from the pool is promoted into the node's DRAM from the bytes the Get read (one
+// GET per block in all) and read from there next time, byte-equal.
 TEST_F(SharedPool, BlocksReadFromThePoolArePromotedIntoDram) {
   auto a = Node(), b = Node();
   ASSERT_TRUE(a && b);
   ASSERT_TRUE(kChainData.Put(*a, 7, 8).ok());
   const std::vector<BlockKey> keys = kChainData.Keys(7, 8);
+  ASSERT_EQ(b->Lookup(keys).prefix_blocks, 8u);  // B reads the chain's cards from the pool
+  const uint64_t gets_before = PoolGets();
   ASSERT_EQ(kChainData.Get(*b, 7, 8), 8u);
   b->Drain();
   EXPECT_EQ(b->Lookup(keys).tier, std::vector<int>(8, 0)) << "every block is in B's DRAM now";
   EXPECT_EQ(b->GetStats().tiers[0].promotions, 8u);
+  EXPECT_EQ(PoolGets() - gets_before, 8u) << "promotion places the bytes the Get read: no second read";
   EXPECT_EQ(kChainData.Get(*b, 7, 8), 8u);
   EXPECT_EQ(b->GetStats().tiers[0].hits, 8u) << "the second read came from DRAM";
 }

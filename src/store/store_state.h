@@ -285,12 +285,20 @@ struct TieredStore::Impl {
   // instead. Returns whether it was split (false: moved whole). A read racing this sees the
   // block missing or of another size for a moment and retries (ReadFrom).
   Result<bool> SplitOut(const BlockKey& key, const BlockMeta& meta, const HeadUnitMask& lower, int t);
+  // The bytes of a block that a Get read from a networked tier, copied out of the caller's
+  // buffer: its promotion places these instead of reading the block from the network again.
+  struct HeldPayload {
+    BlockKey key;
+    int tier = -1;  // where they were read: used only while the block's fastest copy is still there
+    std::vector<std::byte> bytes;
+    uint64_t checksum = 0;  // what they matched; Place checks them against it again
+  };
   // Copies stored blocks into the fastest tier (a mover's job; `prefetch` marks them so
-  // that their use or waste is counted).
-  void PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch);
+  // that their use or waste is counted). `held`: bytes some of them already have.
+  void PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch, std::vector<HeldPayload> held = {});
   // Its steps: take the blocks that are below the fastest tier and not moving (one exclusive
-  // section); read them, those in a networked tier in one batch per tier; place each and
-  // let it go.
+  // section); take the held bytes, read the others, those in a networked tier in one batch
+  // per tier; place each and let it go.
   struct Promotion {
     BlockKey key;
     int from = -1;
@@ -302,6 +310,7 @@ struct TieredStore::Impl {
     bool read_done = false;
   };
   std::vector<Promotion> BeginPromotions(std::span<const BlockKey> keys, bool prefetch);
+  static void TakeHeldPayloads(std::vector<Promotion>& moves, std::vector<HeldPayload>& held);
   void ReadPromotions(std::vector<Promotion>& moves);
   void FinishPromotion(Promotion& move, bool prefetch);
 
