@@ -87,6 +87,7 @@ class NodeClient {
     } else {
       KVTIER_ASSIGN_OR_RETURN(auto host_port, SplitHostPort(address, "node"));
       client_options.shared_memory_bytes = 0;
+      client_options.tls = {.enabled = !o.tls_ca_file.empty(), .ca_file = o.tls_ca_file};
       KVTIER_ASSIGN_OR_RETURN(node.client_, Client::ConnectTcp(host_port.first, host_port.second, client_options));
       node.local_.resize(chain_bytes);
     }

@@ -38,6 +38,9 @@ namespace kvtier::bench {
 struct ClusterBenchmarkOptions {
   std::vector<std::string> nodes;       // Required, at least 2: the first writes, the others read
   std::string auth_token;               // Default: none
+  // PEM CAs that sign the nodes' certificates: TCP nodes are reached over TLS. Default: none
+  // (plain TCP, which a node allows on loopback only)
+  std::string tls_ca_file;
   std::string tenant;                   // Default: the default tenant
   std::vector<std::string> redis;       // Required: Redis Cluster endpoints, host:port (the first is asked)
   std::string redis_password;           // Default: none (the cluster's requirepass)

@@ -139,6 +139,8 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
                       "kvtier serve addresses: a Unix socket path, or host:port over TCP; the first puts, the others read")
       ->required();
   cluster->add_option("--auth-token", cluster_options->auth_token, "The nodes' auth token");
+  cluster->add_option("--tls-ca", cluster_options->tls_ca_file,
+                      "PEM CAs that sign the nodes' certificates: TCP nodes are reached over TLS (default: plain TCP)");
   cluster->add_option("--tenant", cluster_options->tenant, "Tenant of every client (default: the default tenant)");
   cluster->add_option("--redis", cluster_options->redis, "Redis Cluster endpoints host:port (the baseline asks the first)")->required();
   cluster->add_option("--redis-password", cluster_options->redis_password, "The cluster's requirepass");

@@ -100,9 +100,9 @@ def read_chain(kvtier, client, tag, chain, tally):
     return found
 
 
-def serve_loop(kvtier, socket, tag, tally, stop):
+def serve_loop(kvtier, socket, auth_token, tag, tally, stop):
     """Puts chain k and reads chain k - READ_BEHIND, until `stop`."""
-    with kvtier.Client.connect_unix(socket, shared_memory_bytes=8 << 20, io_timeout_ms=10000) as client:
+    with kvtier.Client.connect_unix(socket, auth_token=auth_token, shared_memory_bytes=8 << 20, io_timeout_ms=10000) as client:
         chain = 0
         while not stop.is_set():
             try:
@@ -118,7 +118,7 @@ def run_under_load(kvtier, topo, nodes, fault, heal=None, settle_s=6.0, warm_s=3
     """Loads `nodes`, applies `fault` after `warm_s`, `heal` right after, then measures whether
     full hits come back within `settle_s`."""
     stop, tallies = threading.Event(), [Tally() for _ in nodes]
-    threads = [threading.Thread(target=serve_loop, args=(kvtier, topo.node_socket(n), f"load{n}", t, stop))
+    threads = [threading.Thread(target=serve_loop, args=(kvtier, topo.node_socket(n), topo.auth_token, f"load{n}", t, stop))
                for n, t in zip(nodes, tallies)]
     for t in threads:
         t.start()
@@ -148,13 +148,13 @@ def run_under_load(kvtier, topo, nodes, fault, heal=None, settle_s=6.0, warm_s=3
 def check_chains(kvtier, topo, chains):
     """node0 puts `chains` chains and reads them back; node1 looks them up and reads them."""
     own, other = Tally(), Tally()
-    with kvtier.Client.connect_unix(topo.node_socket(0), shared_memory_bytes=8 << 20) as client:
+    with kvtier.Client.connect_unix(topo.node_socket(0), auth_token=topo.auth_token, shared_memory_bytes=8 << 20) as client:
         for c in range(chains):
             put_chain(kvtier, client, "own", c)
         found = sum(read_chain(kvtier, client, "own", c, own) for c in range(chains))
         stats = client.stats()
     lookups = []
-    with kvtier.Client.connect_unix(topo.node_socket(1), shared_memory_bytes=8 << 20) as client:
+    with kvtier.Client.connect_unix(topo.node_socket(1), auth_token=topo.auth_token, shared_memory_bytes=8 << 20) as client:
         for c in range(chains):
             started = time.perf_counter()
             [(prefix, _, _, _)] = client.lookup([chain_keys(kvtier, "own", c)])
@@ -175,7 +175,7 @@ def check_chains(kvtier, topo, chains):
 
 def tenants(kvtier, topo):
     def connect(node, tenant):
-        return kvtier.Client.connect_unix(topo.node_socket(node), tenant=tenant, shared_memory_bytes=8 << 20)
+        return kvtier.Client.connect_unix(topo.node_socket(node), tenant=tenant, auth_token=topo.auth_token, shared_memory_bytes=8 << 20)
 
     with connect(0, "alice") as client:
         put_chain(kvtier, client, "tenant", 0)
@@ -185,21 +185,30 @@ def tenants(kvtier, topo):
                 "default_tenant_blocks": default.lookup([keys])[0][0]}
 
 
-def bench(topo):
+def bench(topo, tcp_nodes=(2,), chains=BENCH_CHAINS, passes=None, failover=True):
     """`kvtier bench cluster` in the client namespace: node0 puts, node1 and node2 look up and
-    read, against redis-benchmark in the same run; a replicated master is SIGKILLed one second
-    into its failover phase (the bench runs the kill, this driver knows the pid)."""
-    victim = topo.replicated_master()
-    done = subprocess.run(topo.exec_in("client", [
-        topo.kvtier, "bench", "cluster", "--json", "--nodes", *[topo.node_socket(i) for i in range(len(topo.nodes))],
-        "--redis", *topo.redis_endpoints(), "--redis-password", topo.password, "--chains", str(BENCH_CHAINS),
-        "--clients", str(READERS), "--failover-command", f"kill -9 {topo.redis_pid(victim)}",
-        "--failover-seconds", str(BENCH_FAILOVER_S)]), capture_output=True, text=True)
+    read, against redis-benchmark in the same run. The nodes in `tcp_nodes` are reached over
+    TCP across the bridge (payloads inline), the others through their Unix sockets (payloads in
+    shared memory): the checks run both paths. With `failover` a replicated master is SIGKILLed
+    one second into its failover phase (the bench runs the kill, this driver knows the pid)."""
+    nodes = [topo.node_endpoint(i, tcp=i in tcp_nodes) for i in range(len(topo.nodes))]
+    args = [topo.kvtier, "bench", "cluster", "--json", "--nodes", *nodes, "--redis", *topo.redis_endpoints(),
+            "--redis-password", topo.password, "--auth-token", topo.auth_token, "--chains", str(chains), "--clients", str(READERS)]
+    if tcp_nodes:
+        args += ["--tls-ca", topo.tls_ca]
+    if passes:
+        args += ["--passes", str(passes)]
+    victim = topo.replicated_master() if failover else None
+    if failover:
+        args += ["--failover-command", f"kill -9 {topo.redis_pid(victim)}", "--failover-seconds", str(BENCH_FAILOVER_S)]
+    done = subprocess.run(topo.exec_in("client", args), capture_output=True, text=True)
     if done.returncode != 0:
         raise TopologyError(f"kvtier bench cluster: exit {done.returncode}: {done.stderr.strip()}")
     result = json.loads(done.stdout)
-    result["killed"] = topo.redis[victim]["name"]
-    wait_for_masters(topo, 3)
+    result["transports"] = ["tcp" if i in tcp_nodes else "unix" for i in range(len(topo.nodes))]
+    if failover:
+        result["killed"] = topo.redis[victim]["name"]
+        wait_for_masters(topo, 3)
     return result
 
 
@@ -232,13 +241,13 @@ def node_kill(kvtier, topo, chains):
     # The earlier checks filled the pool: its LRU would evict some of these chains during the
     # load, which is the pool doing its job, not what this check is about.
     topo.flush_pool()
-    with kvtier.Client.connect_unix(topo.node_socket(0), shared_memory_bytes=8 << 20) as client:
+    with kvtier.Client.connect_unix(topo.node_socket(0), auth_token=topo.auth_token, shared_memory_bytes=8 << 20) as client:
         for c in range(chains):
             put_chain(kvtier, client, "before-kill", c)
     result = run_under_load(kvtier, topo, [1], lambda: topo.kill_node(0), settle_s=3.0)
     topo.start_node(0)
     tally = Tally()
-    with kvtier.Client.connect_unix(topo.node_socket(0), shared_memory_bytes=8 << 20) as client:
+    with kvtier.Client.connect_unix(topo.node_socket(0), auth_token=topo.auth_token, shared_memory_bytes=8 << 20) as client:
         looked = client.lookup([chain_keys(kvtier, "before-kill", c) for c in range(chains)])
         found = sum(read_chain(kvtier, client, "before-kill", c, tally) for c in range(chains))
         put_chain(kvtier, client, "restarted", 0)
@@ -279,15 +288,39 @@ def failures(report):
     return bad
 
 
+def measure(args):
+    """--measure: only the benchmark, once per transport per repetition, transports alternating,
+    each on a fresh topology; no faults. Prints one JSON object with every run."""
+    runs = []
+    for rep in range(args.repeat):
+        for transport in args.transports:
+            with Topology(args.kvtier) as topo:
+                tcp_nodes = range(len(topo.nodes)) if transport == "tcp" else ()
+                r = bench(topo, tcp_nodes=tcp_nodes, chains=args.bench_chains, passes=args.passes, failover=False)
+            runs.append({"rep": rep, "transport": transport, **{k: r.get(k) for k in (
+                "found_ratio", "byte_errors", "get_gbps", "baseline_gbps", "ratio", "lookup_p50_us", "lookup_p99_us")}})
+    print(json.dumps({"load_average": os.getloadavg(), "runs": runs}, indent=2))
+    return 1 if any(r["found_ratio"] < 1.0 or r["byte_errors"] for r in runs) else 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("kvtier", help="the kvtier binary (build/release/kvtier)")
     parser.add_argument("--chains", type=int, default=200)
+    parser.add_argument("--measure", action="store_true",
+                        help="run only `kvtier bench cluster`, over Unix sockets and over TCP, no faults")
+    parser.add_argument("--repeat", type=int, default=3, help="--measure: repetitions of each transport")
+    parser.add_argument("--bench-chains", type=int, default=100, help="--measure: chains of 64 blocks of 32 KiB")
+    parser.add_argument("--passes", type=int, default=5, help="--measure: reads of every chain")
+    parser.add_argument("--transports", nargs="+", choices=("unix", "tcp"), default=["unix", "tcp"],
+                        help="--measure: how the bench reaches the nodes")
     args = parser.parse_args()
     reason = unavailable_reason()
     if reason:
         print(json.dumps({"skipped": reason}))
         return 77
+    if args.measure:
+        return measure(args)
     import kvtier  # the package of the same build (PYTHONPATH=build/release/python)
 
     started = time.monotonic()

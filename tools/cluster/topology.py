@@ -11,12 +11,17 @@ namespace of its own, joined by veth links to one bridge (issue 16, docs/cluster
 Every address lives inside namespaces this module creates, named `kvt<pid>-*`, and `close()`
 (also run at exit and on SIGTERM/SIGINT) kills every process it started and deletes every
 namespace. The daemons listen on Unix sockets only: a Unix socket is a file, so a driver in the
-root namespace reaches every node while the nodes reach Redis only through their links.
+root namespace reaches every node while the nodes reach Redis only through their links. Each
+node also listens on TCP at its own address (`NODE_TCP_PORT`), which a driver in the client
+namespace reaches over the bridge (`node_endpoint(i, tcp=True)`): with TLS, as a node requires
+of TCP that other hosts can reach, under a certificate for every node's address that this
+module makes (`tls_ca`), and an auth token (`auth_token`) that every client, on either
+transport, must give.
 
 Every Redis node requires a password (requirepass, masterauth for the replicas), generated per
 topology and given to the nodes' remote tiers.
 
-Needs root (network namespaces), `ip`, `redis-server`, `redis-cli` and `redis-benchmark`.
+Needs root (network namespaces), `ip`, `openssl`, `redis-server`, `redis-cli` and `redis-benchmark`.
 """
 
 import atexit
@@ -29,6 +34,7 @@ import tempfile
 import time
 
 REDIS_PORT = 6379
+NODE_TCP_PORT = 7070
 
 
 class TopologyError(RuntimeError):
@@ -39,7 +45,7 @@ def unavailable_reason():
     """Why this machine cannot build a topology, or None."""
     if os.geteuid() != 0:
         return "network namespaces need root"
-    for tool in ("ip", "redis-server", "redis-cli", "redis-benchmark"):
+    for tool in ("ip", "openssl", "redis-server", "redis-cli", "redis-benchmark"):
         if shutil.which(tool) is None:
             return f"{tool} is not on PATH"
     probe = f"kvt{os.getpid()}-probe"
@@ -71,6 +77,9 @@ class Topology:
         self.pool_bytes = pool_bytes
         self.node_config_extra = node_config_extra
         self.password = secrets.token_hex(16)  # requirepass of every Redis node, masterauth of replicas
+        self.auth_token = secrets.token_hex(16)  # every node's auth_token
+        self.tls_ca = os.path.join(self.dir, "nodes.pem")  # the nodes' certificate, self-signed: its own CA
+        self.tls_key = os.path.join(self.dir, "nodes.key")
         self._closed = False
         atexit.register(self.close)
         self._old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -79,9 +88,10 @@ class Topology:
             for j in range(masters * (1 + replicas_per_master)):
                 self._start_redis(j)
             self._create_cluster(masters, replicas_per_master)
+            self._make_certificate([f"10.77.{self.net}.{100 + i}" for i in range(nodes)])
             for i in range(nodes):
-                self._add_member(f"node{i}", 100 + i)
-                self._write_node_config(i)
+                _, addr = self._add_member(f"node{i}", 100 + i)
+                self._write_node_config(i, addr)
                 self.start_node(i)
             self._add_member("client", 200)
         except BaseException:
@@ -209,7 +219,13 @@ class Topology:
 
     # --- kvtier nodes --------------------------------------------------------------------------
 
-    def _write_node_config(self, i):
+    def _make_certificate(self, addresses):
+        san = ",".join(f"IP:{a}" for a in addresses)
+        _run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+              "-days", "1", "-subj", "/CN=kvtier-cluster-test", "-addext", f"subjectAltName={san}",
+              "-keyout", self.tls_key, "-out", self.tls_ca])
+
+    def _write_node_config(self, i, addr):
         work = os.path.join(self.dir, f"node{i}")
         os.makedirs(work)
         endpoints = ", ".join(f"{r['addr']}:{REDIS_PORT}" for r in self.redis)
@@ -235,12 +251,18 @@ store:
   persistence: none
 listen:
   unix_socket: kvtier.sock
-  tcp: false
+  tcp: true
+  tcp_host: {addr}
+  tcp_port: {NODE_TCP_PORT}
+  tls:
+    cert: {self.tls_ca}
+    key: {self.tls_key}
   metrics_port: -1
+auth_token: {self.auth_token}
 limits:
   io_timeout_ms: 5000
 {self.node_config_extra}""")
-        self.nodes.append({"ns": self._ns(f"node{i}"), "proc": None, "config": config,
+        self.nodes.append({"ns": self._ns(f"node{i}"), "addr": addr, "proc": None, "config": config,
                            "socket": os.path.join(work, "kvtier.sock"), "log": os.path.join(work, "serve.log")})
 
     def start_node(self, i):
@@ -260,6 +282,11 @@ limits:
 
     def node_socket(self, i):
         return self.nodes[i]["socket"]
+
+    def node_endpoint(self, i, tcp):
+        """What `kvtier bench cluster --nodes` takes: the Unix socket (from any namespace), or
+        host:port over the bridge (from the client namespace)."""
+        return f"{self.nodes[i]['addr']}:{NODE_TCP_PORT}" if tcp else self.nodes[i]["socket"]
 
     def node_log(self, i, tail=4000):
         with open(self.nodes[i]["log"]) as f:
