@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "block/cbor_writer.h"
 #include "block/checksum_kernels.h"
@@ -44,11 +45,20 @@ BlockDigest Xxh3_128Digest(const void* data, std::size_t size) {
 }
 
 BlockDigest Sha256Digest(const void* data, std::size_t size) {
+  // OpenSSL 3 looks an algorithm up by name on every EVP_Digest(EVP_sha256()) (an implicit
+  // fetch, most of the cost of hashing 40 bytes: 30% of a daemon serving lookups), so the
+  // implementation is fetched once and each thread reuses one context. Both fail only when
+  // OpenSSL cannot allocate, and a digest cannot be replaced by anything safe.
+  static EVP_MD* const sha256 = EVP_MD_fetch(nullptr, "SHA2-256", nullptr);
+  struct ContextDeleter {
+    void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
+  };
+  thread_local const std::unique_ptr<EVP_MD_CTX, ContextDeleter> context(EVP_MD_CTX_new());
   BlockDigest digest;
   unsigned int length = 0;
-  // EVP_Digest is OpenSSL's one-shot interface; it fails only when OpenSSL cannot allocate,
-  // and a digest cannot be replaced by anything safe.
-  if (EVP_Digest(data, size, digest.bytes.data(), &length, EVP_sha256(), nullptr) != 1 || length != 32) {
+  if (sha256 == nullptr || context == nullptr || EVP_DigestInit_ex2(context.get(), sha256, nullptr) != 1 ||
+      EVP_DigestUpdate(context.get(), data, size) != 1 ||
+      EVP_DigestFinal_ex(context.get(), digest.bytes.data(), &length) != 1 || length != 32) {
     std::abort();
   }
   digest.size = 32;
