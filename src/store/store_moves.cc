@@ -303,8 +303,8 @@ Result<bool> TieredStore::Impl::SplitOut(const BlockKey& key, const BlockMeta& m
   return Status::Unavailable("store: no room below for block " + key.ToHex());
 }
 
-void TieredStore::Impl::PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch, std::vector<HeldPayload> held) {
-  Schedule([this, keys = std::move(keys), prefetch, held = std::move(held)]() mutable {
+void TieredStore::Impl::PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch, HeldPayloads held) {
+  Schedule([this, keys = std::move(keys), prefetch, held = std::move(held)] {
     std::vector<Promotion> moves = BeginPromotions(keys, prefetch);
     TakeHeldPayloads(moves, held);
     ReadPromotions(moves);
@@ -330,15 +330,15 @@ std::vector<TieredStore::Impl::Promotion> TieredStore::Impl::BeginPromotions(std
   return moves;
 }
 
-void TieredStore::Impl::TakeHeldPayloads(std::vector<Promotion>& moves, std::vector<HeldPayload>& held) {
-  if (held.empty()) return;
-  std::unordered_map<BlockKey, HeldPayload*, BlockKeyHash> by_key;
-  for (HeldPayload& h : held) by_key.emplace(h.key, &h);
+void TieredStore::Impl::TakeHeldPayloads(std::vector<Promotion>& moves, const HeldPayloads& held) {
+  if (held.entries.empty()) return;
+  std::unordered_map<BlockKey, const HeldPayloads::Entry*, BlockKeyHash> by_key;
+  for (const HeldPayloads::Entry& h : held.entries) by_key.emplace(h.key, &h);
   for (Promotion& move : moves) {
     auto it = by_key.find(move.key);
     // Bytes of another size, or from a copy that has moved since, are read afresh.
-    if (it == by_key.end() || it->second->tier != move.from || it->second->bytes.size() != move.meta.size_bytes) continue;
-    move.payload = std::move(it->second->bytes);
+    if (it == by_key.end() || it->second->tier != move.from || it->second->size != move.meta.size_bytes) continue;
+    move.held = std::span(held.buffer).subspan(it->second->offset, it->second->size);
     move.checksum = it->second->checksum;
     move.read_done = true;
   }
@@ -376,7 +376,8 @@ void TieredStore::Impl::ReadPromotions(std::vector<Promotion>& moves) {
 
 void TieredStore::Impl::FinishPromotion(Promotion& move, bool prefetch) {
   const std::optional<uint64_t> carried = options.metadata_only ? std::nullopt : std::optional(move.checksum);
-  Result<int> placed = move.read.ok() ? Place(move.key, move.meta, move.block, move.payload, move.from, carried)
+  const std::span<const std::byte> payload = move.held.empty() ? std::span<const std::byte>(move.payload) : move.held;
+  Result<int> placed = move.read.ok() ? Place(move.key, move.meta, move.block, payload, move.from, carried)
                                       : Result<int>(move.read);
   std::lock_guard lock(mu_);
   auto it = blocks.find(move.key);

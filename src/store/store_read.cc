@@ -84,7 +84,7 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
   }
   std::size_t read = 0;
   std::vector<BlockKey> from_below;               // promoted once the request has its bytes
-  std::vector<HeldPayload> held;                  // the bytes of those read from a networked tier
+  HeldPayloads held;                              // the bytes of those read from a networked tier
   std::vector<std::pair<int, BlockKey>> evict;  // copies found corrupt or lost, evicted after the reads
   std::vector<ReadHit> hits;                      // recorded together once the chain is read
   const std::vector<std::optional<ReadHit>> batched = ReadBatchedFromBelow(keys, outs, plan, evict);
@@ -108,8 +108,12 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
     from_below.push_back(keys[i]);
     if (options.promote_on_read && !options.metadata_only && !hit->gathered && (networked & (1u << hit->tier))) {
       // A copy now costs less than reading the block over the network a second time.
-      const std::span<const std::byte> bytes = out.first(hit->bytes);
-      held.push_back({.key = keys[i], .tier = hit->tier, .bytes = {bytes.begin(), bytes.end()}, .checksum = hit->checksum});
+      if (held.buffer.capacity() == 0) {  // room for every block planned from below: no regrowth
+        std::size_t below = 0;
+        for (const PlannedRead& p : plan) below += (networked & (1u << p.tier)) ? p.bytes : 0;
+        held.buffer.reserve(std::max(below, hit->bytes));
+      }
+      held.Add(keys[i], hit->tier, out.first(hit->bytes), hit->checksum);
     }
     // RoPE-aware prefetch: attention will want the blocks right after this one next; start
     // loading the window after it while this request goes on reading.

@@ -285,17 +285,29 @@ struct TieredStore::Impl {
   // instead. Returns whether it was split (false: moved whole). A read racing this sees the
   // block missing or of another size for a moment and retries (ReadFrom).
   Result<bool> SplitOut(const BlockKey& key, const BlockMeta& meta, const HeadUnitMask& lower, int t);
-  // The bytes of a block that a Get read from a networked tier, copied out of the caller's
-  // buffer: its promotion places these instead of reading the block from the network again.
-  struct HeldPayload {
-    BlockKey key;
-    int tier = -1;  // where they were read: used only while the block's fastest copy is still there
-    std::vector<std::byte> bytes;
-    uint64_t checksum = 0;  // what they matched; Place checks them against it again
+  // The bytes of the blocks a Get read from a networked tier, copied out of the caller's
+  // buffer: their promotion places these instead of reading them from the network again.
+  // One buffer for the chain: a few large allocations that the allocator keeps, not one
+  // small one per block that it hands back to the kernel and faults in again.
+  struct HeldPayloads {
+    struct Entry {
+      BlockKey key;
+      int tier = -1;  // where they were read: used only while the block's fastest copy is still there
+      std::size_t offset = 0;
+      std::size_t size = 0;
+      uint64_t checksum = 0;  // what they matched; Place checks them against it again
+    };
+    std::vector<std::byte> buffer;
+    std::vector<Entry> entries;
+
+    void Add(const BlockKey& key, int tier, std::span<const std::byte> bytes, uint64_t checksum) {
+      entries.push_back({.key = key, .tier = tier, .offset = buffer.size(), .size = bytes.size(), .checksum = checksum});
+      buffer.insert(buffer.end(), bytes.begin(), bytes.end());
+    }
   };
   // Copies stored blocks into the fastest tier (a mover's job; `prefetch` marks them so
   // that their use or waste is counted). `held`: bytes some of them already have.
-  void PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch, std::vector<HeldPayload> held = {});
+  void PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch, HeldPayloads held = {});
   // Its steps: take the blocks that are below the fastest tier and not moving (one exclusive
   // section); take the held bytes, read the others, those in a networked tier in one batch
   // per tier; place each and let it go.
@@ -304,13 +316,14 @@ struct TieredStore::Impl {
     int from = -1;
     BlockMeta meta;
     Block block;
-    std::vector<std::byte> payload;
+    std::vector<std::byte> payload;  // read here, unless:
+    std::span<const std::byte> held;  // bytes the Get already held (in its HeldPayloads)
     uint64_t checksum = 0;
     Status read;
     bool read_done = false;
   };
   std::vector<Promotion> BeginPromotions(std::span<const BlockKey> keys, bool prefetch);
-  static void TakeHeldPayloads(std::vector<Promotion>& moves, std::vector<HeldPayload>& held);
+  static void TakeHeldPayloads(std::vector<Promotion>& moves, const HeldPayloads& held);
   void ReadPromotions(std::vector<Promotion>& moves);
   void FinishPromotion(Promotion& move, bool prefetch);
 
