@@ -5,6 +5,7 @@
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 
 #include <algorithm>
 #include <array>
@@ -118,16 +119,29 @@ class LoadLoop {
 
   void Connect(std::size_t i) {
     Connection& c = connections_[i];
-    c.fd = ScopedFd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    const bool local = !o_.unix_socket.empty();
+    c.fd = ScopedFd(::socket(local ? AF_UNIX : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!c.fd.valid()) return Fail(c, std::string("socket: ") + std::strerror(errno));
-    const int one = 1;
-    ::setsockopt(c.fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(o_.port);
-    if (::inet_pton(AF_INET, o_.host.c_str(), &address.sin_addr) != 1) return Fail(c, "not an IPv4 address: " + o_.host);
-    if (::connect(c.fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0 && errno != EINPROGRESS) {
-      return Fail(c, "connect to " + o_.host + ":" + std::to_string(o_.port) + ": " + std::strerror(errno));
+    sockaddr_storage address{};
+    socklen_t length = 0;
+    if (local) {
+      auto* un = reinterpret_cast<sockaddr_un*>(&address);
+      if (o_.unix_socket.size() >= sizeof un->sun_path) return Fail(c, "Unix socket path too long: " + o_.unix_socket);
+      un->sun_family = AF_UNIX;
+      std::memcpy(un->sun_path, o_.unix_socket.c_str(), o_.unix_socket.size() + 1);
+      length = sizeof(sockaddr_un);
+    } else {
+      const int one = 1;
+      ::setsockopt(c.fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      auto* in = reinterpret_cast<sockaddr_in*>(&address);
+      in->sin_family = AF_INET;
+      in->sin_port = htons(o_.port);
+      if (::inet_pton(AF_INET, o_.host.c_str(), &in->sin_addr) != 1) return Fail(c, "not an IPv4 address: " + o_.host);
+      length = sizeof(sockaddr_in);
+    }
+    if (::connect(c.fd.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0 && errno != EINPROGRESS) {
+      const std::string where = local ? o_.unix_socket : o_.host + ":" + std::to_string(o_.port);
+      return Fail(c, "connect to " + where + ": " + std::strerror(errno));
     }
     epoll_event event{.events = EPOLLOUT, .data = {.u64 = i}};
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c.fd.get(), &event) != 0) {

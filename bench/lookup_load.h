@@ -1,6 +1,6 @@
 // `kvtier bench serve`'s lookup load: many engine clients, each with one Lookup in flight at a
 // time (as an engine's scheduler asks before a prefill), driven from a few threads. Each
-// thread owns its share of the TCP connections, non-blocking, in one epoll loop, and speaks
+// thread owns its share of the connections (TCP or the Unix socket), non-blocking, in one epoll loop, and speaks
 // the wire protocol (protocol.h) itself: the Hello exchange, then Lookup frames encoded once
 // per chain (the request id patched per request) and their replies decoded and checked.
 //
@@ -26,6 +26,7 @@ namespace kvtier::bench {
 struct LookupLoadOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 0;
+  std::string unix_socket;         // when set, the connections go here instead of host:port
   int clients = 1;                 // connections, one lookup in flight each
   int threads = 2;                 // epoll loops driving them
   double seconds = 10;             // the measured window, after every connection said Hello

@@ -124,11 +124,16 @@ Result<std::unique_ptr<RedisGetBaseline>> RedisGetBaseline::Start(uint64_t value
   return std::unique_ptr<RedisGetBaseline>(new RedisGetBaseline(std::move(servers), value_bytes));
 }
 
-Result<RedisGetResult> RedisGetBaseline::Run(int clients, int threads, uint64_t requests, double timeout_s) const {
-  const std::vector<std::string> argv = {"redis-benchmark", "-h", "127.0.0.1", "-p", std::to_string(servers_->port(0)),
-                                         "-c", std::to_string(clients), "-n", std::to_string(requests),
-                                         "-d", std::to_string(value_bytes_), "-P", "1", "-t", "get",
-                                         "--threads", std::to_string(threads), "--csv"};
+Result<RedisGetResult> RedisGetBaseline::Run(int clients, int threads, uint64_t requests, double timeout_s,
+                                             bool unix_socket) const {
+  std::vector<std::string> argv = {"redis-benchmark", "-c", std::to_string(clients), "-n", std::to_string(requests),
+                                   "-d", std::to_string(value_bytes_), "-P", "1", "-t", "get",
+                                   "--threads", std::to_string(threads), "--csv"};
+  if (unix_socket) {
+    argv.insert(argv.end(), {"-s", servers_->unix_socket(0)});
+  } else {
+    argv.insert(argv.end(), {"-h", "127.0.0.1", "-p", std::to_string(servers_->port(0))});
+  }
   KVTIER_ASSIGN_OR_RETURN(const std::string output, RunWithDeadline(argv, timeout_s));
   return ParseRedisBenchmarkCsv(output);
 }

@@ -33,9 +33,10 @@ class RedisGetBaseline {
   RedisGetBaseline(const RedisGetBaseline&) = delete;
   RedisGetBaseline& operator=(const RedisGetBaseline&) = delete;
 
-  // `redis-benchmark -t get -P 1 -c clients -n requests --threads threads --csv`, killed after
-  // `timeout_s` (Unavailable then, or when redis-benchmark is missing or fails).
-  Result<RedisGetResult> Run(int clients, int threads, uint64_t requests, double timeout_s) const;
+  // `redis-benchmark -t get -P 1 -c clients -n requests --threads threads --csv`, over TCP
+  // loopback or the server's Unix socket (`unix_socket`), killed after `timeout_s`
+  // (Unavailable then, or when redis-benchmark is missing or fails).
+  Result<RedisGetResult> Run(int clients, int threads, uint64_t requests, double timeout_s, bool unix_socket) const;
 
   uint64_t value_bytes() const { return value_bytes_; }
 

@@ -537,7 +537,7 @@ Result<std::string> RunServeBenchmark(const ServeBenchmarkOptions& options) {
   if (options.connect.empty()) {
     const LookupPhaseOptions lookup{.clients = options.lookup_clients, .cores = options.cores, .chains = options.lookup_chains,
                                     .chain_blocks = options.lookup_chain_blocks, .threads = options.load_threads,
-                                    .seconds = options.seconds, .seed = options.seed};
+                                    .tcp = options.tcp, .seconds = options.seconds, .seed = options.seed};
     KVTIER_ASSIGN_OR_RETURN(lookups, RunLookupPhases(lookup, errors));
   }
   nlohmann::json put_get = nlohmann::json::array();

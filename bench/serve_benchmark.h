@@ -3,9 +3,9 @@
 // `kvtier serve` child of this process (serve_daemon.h), so its CPU time is its own. Phases:
 //
 // Lookups (serve_lookup_phase.h): 64-block chains looked up by 1 to thousands of clients,
-// each with one request in flight, from a few epoll threads over TCP (lookup_load.h), with
-// the daemon pinned to each of `cores` CPUs in turn; next to redis-benchmark GET with the same
-// client count and -P 1 (redis_benchmark_baseline.h). Per client count: lookups/s, p99, the
+// each with one request in flight, from a few epoll threads over the Unix socket (with `tcp`
+// TCP loopback; lookup_load.h), with the daemon pinned to each of `cores` CPUs in turn; next to
+// redis-benchmark GET with the same client count, -P 1 and transport (redis_benchmark_baseline.h). Per client count: lookups/s, p99, the
 // daemon's own mean lookup time (/metrics) and CPU per lookup, and the speed-up over cores.
 //
 // Put+get, per client count in `clients`: an in-process baseline first (the same mix, client

@@ -74,7 +74,8 @@ Result<nlohmann::json> MeasureClients(const ServeDaemon& daemon, const LookupPha
                                       const std::vector<std::vector<BlockKey>>& chains) {
   std::optional<Result<double>> cpu_before;
   std::optional<Result<RequestTimeSample>> time_before;
-  LookupLoadOptions load{.port = daemon.tcp_port(), .clients = clients, .threads = o.threads, .seconds = o.seconds,
+  LookupLoadOptions load{.port = daemon.tcp_port(), .unix_socket = o.tcp ? "" : daemon.socket_path(),
+                         .clients = clients, .threads = o.threads, .seconds = o.seconds,
                          .seed = o.seed * 131 + static_cast<uint64_t>(clients)};
   load.at_window_start = [&] {
     cpu_before.emplace(daemon.CpuSeconds());
@@ -126,7 +127,7 @@ void AddBaseline(const RedisGetBaseline* redis, const std::string& unavailable, 
   for (const nlohmann::json& run : entry["by_cores"]) fastest = std::max(fastest, run["lookups_per_s"].get<double>());
   const int clients = entry["clients"];
   const auto requests = std::max<uint64_t>(static_cast<uint64_t>(clients) * 20, static_cast<uint64_t>(fastest * o.seconds));
-  Result<RedisGetResult> r = redis != nullptr ? redis->Run(clients, o.threads, requests, 3 * o.seconds + 30)
+  Result<RedisGetResult> r = redis != nullptr ? redis->Run(clients, o.threads, requests, 3 * o.seconds + 30, !o.tcp)
                                               : Result<RedisGetResult>(Status::Unavailable(unavailable));
   if (!r.ok()) {
     entry["baseline_lookups_per_s"] = nullptr;
@@ -151,6 +152,7 @@ Result<nlohmann::json> RunLookupPhases(const LookupPhaseOptions& o, uint64_t& er
     nlohmann::json& runs = by_clients[clients];
     const nlohmann::json& widest = runs.back();  // the last core count given (by default the most)
     nlohmann::json entry = {{"clients", clients},
+                            {"transport", o.tcp ? "tcp" : "unix"},
                             {"cores", widest["cores"]},
                             {"lookups_per_s", widest["lookups_per_s"]},
                             {"p99_lookup_us", widest["p99_lookup_us"]},

@@ -26,6 +26,7 @@ struct LookupPhaseOptions {
   int chains = 256;
   int chain_blocks = 64;
   int threads = 2;           // load threads (and redis-benchmark --threads)
+  bool tcp = false;          // TCP loopback to both servers; else their Unix sockets
   double seconds = 10;
   uint64_t seed = 1;
 };

@@ -109,7 +109,7 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   serve->add_option("--chain-blocks", serve_options->chain_blocks, "Blocks per request")->capture_default_str();
   serve->add_option("--recent-chains", serve_options->recent_chains, "Gets and lookups pick among a client's last N chains")
       ->capture_default_str();
-  serve->add_flag("--tcp", serve_options->tcp, "TCP with inline payloads instead of the Unix socket and shared memory");
+  serve->add_flag("--tcp", serve_options->tcp, "TCP loopback (put+get: payloads inline) instead of the Unix socket (and shared memory), for lookups and redis-benchmark too");
   serve->add_flag("!--no-persist", serve_options->persist,
                   "Self-started daemons keep blocks as a cache only (no write-through to disk)");
   serve->add_option("--seed", serve_options->seed, "Workload seed")->capture_default_str();

@@ -35,6 +35,11 @@ constexpr int kTickMs = 25;
 constexpr int kAcceptPauseMs = 100;
 // Far beyond any machine's cores: a mistyped worker count, not a tuning.
 constexpr uint32_t kMaxWorkers = 1024;
+// Connections the kernel queues before the loop accepts them: as many as it allows
+// (net.core.somaxconn caps it). Thousands of engine workers connect at once when a fleet
+// starts; a full queue refuses a Unix socket's connect at once (EAGAIN) and makes TCP's wait
+// for a SYN retry (a second or more).
+constexpr int kListenBacklog = SOMAXCONN;
 
 bool IsLoopback(const std::string& host) { return host == "127.0.0.1" || host == "::1" || host == "localhost"; }
 
@@ -59,7 +64,7 @@ Result<ScopedFd> ListenUnix(const std::string& path) {
   const int bind_errno = errno;
   ::umask(old_mask);
   if (bound != 0) return ErrnoStatus(path, "bind", bind_errno);
-  if (::listen(fd.get(), 128) != 0) return ErrnoStatus(path, "listen", errno);
+  if (::listen(fd.get(), kListenBacklog) != 0) return ErrnoStatus(path, "listen", errno);
   return fd;
 }
 
@@ -79,7 +84,7 @@ Result<std::pair<ScopedFd, uint16_t>> ListenTcp(const std::string& host, uint16_
   const int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (::bind(fd.get(), found->ai_addr, found->ai_addrlen) != 0) return ErrnoStatus(where, "bind", errno);
-  if (::listen(fd.get(), 128) != 0) return ErrnoStatus(where, "listen", errno);
+  if (::listen(fd.get(), kListenBacklog) != 0) return ErrnoStatus(where, "listen", errno);
   sockaddr_storage bound{};
   socklen_t length = sizeof(bound);
   ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &length);

@@ -132,7 +132,8 @@ RedisServers::~RedisServers() {
 Status RedisServers::StartServer(std::size_t i) {
   Server& server = servers_[i];
   const std::string port = std::to_string(server.port);
-  std::vector<std::string> argv = {"redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
+  std::vector<std::string> argv = {"redis-server", "--port", port, "--bind", "127.0.0.1", "--unixsocket",
+                                   unix_socket(static_cast<int>(i)), "--unixsocketperm", "700", "--save", "",
                                    "--appendonly", "no", "--dir", dir_, "--daemonize", "no"};
   if (cluster_) {
     argv.insert(argv.end(), {"--cluster-enabled", "yes", "--cluster-config-file", "nodes-" + port + ".conf",

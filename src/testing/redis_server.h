@@ -37,6 +37,8 @@ class RedisServers {
   int size() const { return static_cast<int>(servers_.size()); }
   int port(int i) const { return servers_[static_cast<std::size_t>(i)].port; }
   std::string endpoint(int i) const { return "127.0.0.1:" + std::to_string(port(i)); }
+  // Server i also listens on this Unix socket (a local client's fastest way in).
+  std::string unix_socket(int i) const { return dir_ + "/redis-" + std::to_string(port(i)) + ".sock"; }
   // Server i's process id, -1 while it is killed (the chaos benchmark stops and continues it).
   pid_t pid(int i) const { return servers_[static_cast<std::size_t>(i)].pid; }
   std::vector<std::string> endpoints() const;
