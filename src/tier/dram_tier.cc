@@ -7,7 +7,8 @@
 // old block or the new one, never a torn mix. A Read whose checksum fails drops the block
 // under the exclusive lock afterwards, only if the entry still has the generation it read.
 // Lock order: a shard lock, then the size-class allocator's mutex (Free under a shard lock);
-// Allocate takes no shard lock.
+// Allocate takes no shard lock. The background prefault (region_prefaulter.h) takes no lock
+// and needs none: it changes no byte of the region, so puts and reads run beside it.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
