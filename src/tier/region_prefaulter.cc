@@ -1,6 +1,8 @@
 #include "tier/region_prefaulter.h"
 
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -8,21 +10,22 @@
 namespace kvtier {
 namespace {
 
-constexpr std::size_t kSmallPageBytes = 4096;
+// RLIMIT_MEMLOCK's smallest common default: what one mlock below may hold at a time.
+constexpr std::size_t kLockStepBytes = std::size_t{64} << 10;
 
-// Write-faults every 4 KiB page of [begin, begin + bytes) without changing a byte: a
-// compare-and-swap of the byte with itself, retried until it succeeds, is a write that
-// stores the value the byte holds, so a put copying into the same page concurrently loses
-// nothing. An idempotent fetch_add(0) would not do: LLVM lowers it to a fenced load, which
-// faults the page in read-only. Hidden from ThreadSanitizer because a put's memcpy into the
-// page is a plain write; only kernels without MADV_POPULATE_WRITE take this path.
-__attribute__((no_sanitize("thread"))) void TouchPages(std::byte* begin, std::size_t bytes) {
-  for (std::size_t offset = 0; offset < bytes; offset += kSmallPageBytes) {
-    auto* byte = reinterpret_cast<unsigned char*>(begin + offset);
-    unsigned char seen = __atomic_load_n(byte, __ATOMIC_RELAXED);
-    while (!__atomic_compare_exchange_n(byte, &seen, seen, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-    }
+// Faults [begin, begin + bytes) in without reading or writing a byte from user space (so
+// that puts writing the same pages meanwhile race with nothing): mlock populates the range,
+// write-faulting a private writable mapping's pages as MAP_POPULATE does, and munlock
+// leaves them resident. 64 KiB at a time, to stay under the lock limit. False when mlock is
+// refused (a limit under 64 KiB): the pages are then left to the puts.
+bool LockAndUnlock(std::byte* begin, std::size_t bytes) {
+  for (std::size_t offset = 0; offset < bytes; offset += kLockStepBytes) {
+    const std::size_t step = std::min(kLockStepBytes, bytes - offset);
+    // Raw system calls: the sanitizers' runtimes replace mlock and munlock with no-ops.
+    if (syscall(SYS_mlock, begin + offset, step) != 0) return false;
+    (void)syscall(SYS_munlock, begin + offset, step);
   }
+  return true;
 }
 
 enum class ChunkOutcome : uint8_t { kDone, kUnsupported, kFailed };
@@ -62,9 +65,9 @@ void RegionPrefaulter::Run(PrefaultMethod method) {
     if (method == PrefaultMethod::kPopulateWrite) {
       const ChunkOutcome outcome = PopulateWrite(data_ + offset, chunk);
       if (outcome == ChunkOutcome::kFailed) break;
-      if (outcome == ChunkOutcome::kUnsupported) method = PrefaultMethod::kTouchPages;
+      if (outcome == ChunkOutcome::kUnsupported) method = PrefaultMethod::kLockPages;
     }
-    if (method == PrefaultMethod::kTouchPages) TouchPages(data_ + offset, chunk);
+    if (method == PrefaultMethod::kLockPages && !LockAndUnlock(data_ + offset, chunk)) break;
     prefaulted_bytes_.store(offset + chunk, std::memory_order_relaxed);
   }
   std::lock_guard lock(mutex_);

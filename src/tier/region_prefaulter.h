@@ -5,10 +5,11 @@
 // arrive before it finishes work as before and fault their own pages.
 //
 // How: madvise(MADV_POPULATE_WRITE) over one chunk at a time (Linux 5.14+), which maps every
-// page writable without changing its bytes; on an older kernel (EINVAL), an atomic
-// compare-and-swap of one byte per 4 KiB page with its own value, which write-faults the
-// page and leaves its byte as it was even while a put writes the same page. Any other madvise error (no memory left for the
-// pages) stops it quietly: prefaulting is best effort, the tier works without it.
+// page writable without changing its bytes; on an older kernel (EINVAL), mlock then munlock
+// of each 64 KiB, which populates the pages the same way and leaves them resident. Neither
+// reads or writes a byte from user space, so puts writing the region meanwhile race with
+// nothing. Any other error (no memory left for the pages, mlock refused) stops the pass
+// quietly: prefaulting is best effort, the tier works without it.
 //
 // Costs: the whole region is resident from the start (it would be once full anyway), and
 // one thread for as long as the pass takes (about a second per few GiB).
@@ -29,8 +30,8 @@
 namespace kvtier {
 
 enum class PrefaultMethod : uint8_t {
-  kPopulateWrite,  // madvise(MADV_POPULATE_WRITE), falling back to kTouchPages on EINVAL
-  kTouchPages,     // one value-preserving atomic write per 4 KiB page (tests force it)
+  kPopulateWrite,  // madvise(MADV_POPULATE_WRITE), falling back to kLockPages on EINVAL
+  kLockPages,      // mlock + munlock per 64 KiB (older kernels; tests force it)
 };
 
 class RegionPrefaulter {

@@ -53,11 +53,11 @@ TEST(RegionPrefaulter, PopulateWriteMakesTheWholeRegionResident) {
 }
 
 // The fallback for kernels without MADV_POPULATE_WRITE: resident, and no byte changed.
-TEST(RegionPrefaulter, TouchFallbackMakesTheRegionResidentAndKeepsItsBytes) {
+TEST(RegionPrefaulter, LockFallbackMakesTheRegionResidentAndKeepsItsBytes) {
   Mapping region((8u << 20) + 4096);  // not a whole number of chunks
   ASSERT_NE(region.data(), nullptr);
   std::memset(region.data() + (1u << 20), 0x5a, 3 * 4096);
-  RegionPrefaulter prefaulter(region.data(), region.bytes(), PrefaultMethod::kTouchPages);
+  RegionPrefaulter prefaulter(region.data(), region.bytes(), PrefaultMethod::kLockPages);
   ASSERT_TRUE(prefaulter.WaitFor(30s));
   EXPECT_EQ(prefaulter.prefaulted_bytes(), region.bytes());
   EXPECT_EQ(ResidentPages(region.data(), region.bytes()), region.bytes() / static_cast<std::size_t>(sysconf(_SC_PAGESIZE)));
@@ -70,7 +70,7 @@ TEST(RegionPrefaulter, TouchFallbackMakesTheRegionResidentAndKeepsItsBytes) {
 // Writers filling the region while it is prefaulted (as puts do before the pass ends) keep
 // every byte they wrote, on both paths; under TSan this is also the race check.
 TEST(RegionPrefaulter, ConcurrentWritesSurviveThePass) {
-  for (const PrefaultMethod method : {PrefaultMethod::kPopulateWrite, PrefaultMethod::kTouchPages}) {
+  for (const PrefaultMethod method : {PrefaultMethod::kPopulateWrite, PrefaultMethod::kLockPages}) {
     Mapping region(32u << 20);
     ASSERT_NE(region.data(), nullptr);
     const std::size_t half = region.bytes() / 2;
