@@ -1,6 +1,7 @@
 #include "serve_benchmark.h"
 
 #include <sched.h>
+#include <sys/types.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <random>
@@ -357,22 +359,48 @@ Summary Summarize(PhaseResult& r) {
   return s;
 }
 
+// Resident bytes of process `pid` (VmRSS), 0 when unreadable.
+uint64_t ResidentBytes(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+  }
+  return 0;
+}
+
+// With the DRAM tier's prefault on, waits (up to 60 s) until `pid` holds the whole tier
+// resident, so that a phase measures puts into a prefaulted tier, not puts racing the
+// background pass; the seconds waited, reported beside the phase.
+double WaitForPrefault(const ServeBenchmarkOptions& o, bool prefault, pid_t pid) {
+  if (!prefault) return 0;
+  const auto start = Clock::now();
+  const uint64_t tier_bytes = o.dram_mib << 20;
+  while (ResidentBytes(pid) < tier_bytes && Clock::now() - start < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 std::size_t BufferBytes(const ServeBenchmarkOptions& o) {
   return 2 * static_cast<std::size_t>(o.chain_blocks) * static_cast<std::size_t>(o.max_block_bytes);
 }
 
 // The in-process baseline opens the configuration the self-started daemon runs (less its
 // listeners), so that the two differ only by the service around the store.
-Result<PhaseResult> RunBaseline(const ServeBenchmarkOptions& o, int clients, const std::array<uint32_t, 3>& mix,
+Result<PhaseResult> RunBaseline(const ServeBenchmarkOptions& o, int clients, bool prefault, const std::array<uint32_t, 3>& mix,
                                 uint64_t nonce) {
   KVTIER_ASSIGN_OR_RETURN(TempDir dir, TempDir::Create());
-  KVTIER_ASSIGN_OR_RETURN(ServeConfig config,
-                          ParseServeConfig(ServeDaemonConfigYaml({.dir = dir.path(), .persist = o.persist}), "bench serve"));
+  KVTIER_ASSIGN_OR_RETURN(
+      ServeConfig config,
+      ParseServeConfig(ServeDaemonConfigYaml(
+                           {.dir = dir.path(), .persist = o.persist, .dram_prefault = prefault, .dram_mib = o.dram_mib}),
+                       "bench serve"));
   config.metrics_port = -1;
   config.server.tcp = false;
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Daemon> daemon, Daemon::Start(std::move(config)));
   std::vector<std::unique_ptr<Driver>> drivers;
   for (int c = 0; c < clients; ++c) drivers.push_back(std::make_unique<StoreDriver>(daemon->store(), BufferBytes(o)));
+  (void)WaitForPrefault(o, prefault, ::getpid());
   PhaseResult r = RunPhase(drivers, o, mix, nonce, "in-process baseline");
   drivers.clear();
   KVTIER_RETURN_IF_ERROR(daemon->Stop().WithContext("stopping the baseline's store"));
@@ -392,15 +420,18 @@ Result<std::unique_ptr<Client>> Connect(const ServeBenchmarkOptions& o, const st
 struct ServiceResult {
   PhaseResult phase;
   std::optional<double> cpu_seconds;  // the self-started daemon's, during the phase
+  double prefault_wait_s = 0;         // from the daemon's start to its DRAM tier being resident
 };
 
-Result<ServiceResult> RunService(const ServeBenchmarkOptions& o, int clients, const std::array<uint32_t, 3>& mix,
-                                 uint64_t nonce) {
+Result<ServiceResult> RunService(const ServeBenchmarkOptions& o, int clients, bool prefault,
+                                 const std::array<uint32_t, 3>& mix, uint64_t nonce) {
   std::unique_ptr<ServeDaemon> daemon;
   std::string endpoint = o.connect;
   uint16_t port = 0;
   if (o.connect.empty()) {
     KVTIER_ASSIGN_OR_RETURN(daemon, ServeDaemon::Start({.persist = o.persist,
+                                                        .dram_prefault = prefault,
+                                                        .dram_mib = o.dram_mib,
                                                         .max_connections = static_cast<uint32_t>(clients) + 16}));
     endpoint = o.tcp ? "127.0.0.1" : daemon->socket_path();
     port = daemon->tcp_port();
@@ -416,6 +447,7 @@ Result<ServiceResult> RunService(const ServeBenchmarkOptions& o, int clients, co
     drivers.push_back(std::make_unique<ClientDriver>(std::move(*client), BufferBytes(o)));
   }
   ServiceResult r;
+  if (daemon != nullptr) r.prefault_wait_s = WaitForPrefault(o, prefault, daemon->pid());
   double cpu_before = 0;
   if (daemon != nullptr) {
     KVTIER_ASSIGN_OR_RETURN(cpu_before, daemon->CpuSeconds());
@@ -431,15 +463,17 @@ Result<ServiceResult> RunService(const ServeBenchmarkOptions& o, int clients, co
 }
 
 // One put+get client count: the baseline, then the service; its JSON entry.
-Result<nlohmann::json> RunPutGet(const ServeBenchmarkOptions& o, int clients, const std::array<uint32_t, 3>& mix,
-                                 uint64_t nonce) {
-  KVTIER_ASSIGN_OR_RETURN(PhaseResult baseline, RunBaseline(o, clients, mix, nonce));
-  KVTIER_ASSIGN_OR_RETURN(ServiceResult service, RunService(o, clients, mix, nonce));
+Result<nlohmann::json> RunPutGet(const ServeBenchmarkOptions& o, int clients, bool prefault,
+                                 const std::array<uint32_t, 3>& mix, uint64_t nonce) {
+  KVTIER_ASSIGN_OR_RETURN(PhaseResult baseline, RunBaseline(o, clients, prefault, mix, nonce));
+  KVTIER_ASSIGN_OR_RETURN(ServiceResult service, RunService(o, clients, prefault, mix, nonce));
   const Summary b = Summarize(baseline);
   const Summary s = Summarize(service.phase);
   uint64_t requests = 0;
   for (const OpTally& op : service.phase.total.ops) requests += op.latencies_us.size();
   nlohmann::json j = {{"clients", clients},
+                      {"dram_prefault", prefault},
+                      {"prefault_wait_s", service.prefault_wait_s},
                       {"gbps", s.gbps},
                       {"baseline_gbps", b.gbps},
                       {"ratio", b.gbps > 0 ? s.gbps / b.gbps : 0.0},
@@ -490,7 +524,10 @@ Status ValidateCounts(const std::vector<int>& counts, int most, const std::strin
 
 Status ServeBenchmarkOptions::Validate() const {
   KVTIER_RETURN_IF_ERROR(ValidateCounts(clients, 4096, "--clients"));
-  if (connect.empty()) {
+  if (dram_prefault != "on" && dram_prefault != "off" && dram_prefault != "both") {
+    return Status::InvalidArgument("--dram-prefault must be on, off or both, got '" + dram_prefault + "'");
+  }
+  if (connect.empty() && lookups) {
     KVTIER_RETURN_IF_ERROR(ValidateCounts(lookup_clients, 16384, "--lookup-clients"));
     KVTIER_RETURN_IF_ERROR(ValidateCounts(cores, CPU_SETSIZE, "--cores"));
   }
@@ -499,6 +536,7 @@ Status ServeBenchmarkOptions::Validate() const {
   if (static_cast<uint64_t>(lookup_chains) * static_cast<uint64_t>(lookup_chain_blocks) * 4096 > (uint64_t{512} << 20)) {
     return Status::InvalidArgument("--lookup-chains x --lookup-chain-blocks x 4 KiB must fit in 512 MiB (half the daemon's DRAM)");
   }
+  if (dram_mib < 64 || dram_mib > (uint64_t{1} << 20)) return Status::InvalidArgument("--dram-mib must be 64 to 1,048,576");
   if (load_threads < 1 || load_threads > 64) return Status::InvalidArgument("--load-threads must be 1 to 64");
   if (!(seconds > 0 && seconds <= 3600)) return Status::InvalidArgument("--seconds must be in (0, 3600]");
   if (min_block_bytes < kPage || min_block_bytes % kPage != 0 || max_block_bytes % kPage != 0 ||
@@ -534,17 +572,22 @@ Result<std::string> RunServeBenchmark(const ServeBenchmarkOptions& options) {
   const uint64_t nonce = options.connect.empty() ? 0 : (std::random_device{}() & 0xffffffffu);
   uint64_t errors = 0;
   nlohmann::json lookups = nlohmann::json::array();
-  if (options.connect.empty()) {
+  if (options.connect.empty() && options.lookups) {
     const LookupPhaseOptions lookup{.clients = options.lookup_clients, .cores = options.cores, .chains = options.lookup_chains,
                                     .chain_blocks = options.lookup_chain_blocks, .threads = options.load_threads,
                                     .tcp = options.tcp, .seconds = options.seconds, .seed = options.seed};
     KVTIER_ASSIGN_OR_RETURN(lookups, RunLookupPhases(lookup, errors));
   }
   nlohmann::json put_get = nlohmann::json::array();
+  std::vector<bool> prefault_settings;
+  if (options.dram_prefault != "on") prefault_settings.push_back(false);
+  if (options.dram_prefault != "off") prefault_settings.push_back(true);
   for (const int clients : options.clients) {
-    KVTIER_ASSIGN_OR_RETURN(nlohmann::json j, RunPutGet(options, clients, mix, nonce));
-    errors += j["errors"].get<uint64_t>();
-    put_get.push_back(std::move(j));
+    for (const bool prefault : prefault_settings) {
+      KVTIER_ASSIGN_OR_RETURN(nlohmann::json j, RunPutGet(options, clients, prefault, mix, nonce));
+      errors += j["errors"].get<uint64_t>();
+      put_get.push_back(std::move(j));
+    }
   }
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -559,7 +602,7 @@ Result<std::string> RunServeBenchmark(const ServeBenchmarkOptions& options) {
                     "(no persistence) over TCP loopback, values of baseline_value_bytes (a whole-chain lookup reply frame)"},
         {"put_get", "the same mix on a TieredStore in-process, opened from the daemon's configuration: N threads, no sockets"}}},
       {"config",
-       {{"server", options.connect.empty() ? "kvtier serve child (/proc/self/exe), 1 GiB DRAM over a 4 GiB disk tier in /tmp"
+       {{"server", options.connect.empty() ? "kvtier serve child (/proc/self/exe), DRAM (dram_mib) over a 4 GiB disk tier in /tmp"
                                            : options.connect},
         {"lookup_transport", "tcp 127.0.0.1, epoll clients"},
         {"put_get_transport", options.tcp ? "tcp" : "unix+shm"},
@@ -576,6 +619,8 @@ Result<std::string> RunServeBenchmark(const ServeBenchmarkOptions& options) {
         {"chain_blocks", options.chain_blocks},
         {"recent_chains", options.recent_chains},
         {"persist", options.persist},
+        {"dram_prefault", options.dram_prefault},
+        {"dram_mib", options.dram_mib},
         {"seed", options.seed}}}};
   return out.dump(2) + "\n";
 }

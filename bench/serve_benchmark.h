@@ -8,7 +8,7 @@
 // redis-benchmark GET with the same client count, -P 1 and transport (redis_benchmark_baseline.h). Per client count: lookups/s, p99, the
 // daemon's own mean lookup time (/metrics) and CPU per lookup, and the speed-up over cores.
 //
-// Put+get, per client count in `clients`: an in-process baseline first (the same mix, client
+// Put+get, per client count in `clients` (and per `dram_prefault` setting): an in-process baseline first (the same mix, client
 // count, block sizes and duration driven straight on a TieredStore opened from the daemon's
 // configuration: no sockets, no shared memory, no tenant mapping), then the service. Each
 // client is a thread with its own connection (Client): a Unix socket with a shared segment
@@ -54,6 +54,13 @@ struct ServeBenchmarkOptions {
   // The self-started daemons' persistence: write-through (the default config's: every put
   // also goes to disk) or none (DRAM then disk as a cache: what the service itself costs).
   bool persist = true;                         // Default: write-through
+  // The DRAM tier's prefault (DramTierOptions::prefault) in the self-started daemons and the
+  // baseline: "on", "off", or "both" (each client count off, then on, in the same run).
+  std::string dram_prefault = "on";            // Default: "on", as the tier's own default
+  // The put+get phases' DRAM tier, in MiB: large enough to hold a put-only phase's blocks
+  // measures puts into DRAM alone, not demotion to disk.
+  uint64_t dram_mib = 1024;                    // Default: 1 GiB
+  bool lookups = true;                         // Default: run the lookup phases (--no-lookups skips them)
   uint64_t seed = 1;                           // Default: 1
   bool json_flag = false;                      // --json; the output is always JSON
 

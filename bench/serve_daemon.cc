@@ -62,7 +62,8 @@ std::string ServeDaemonConfigYaml(const ServeDaemonOptions& o) {
   std::ostringstream y;
   y << "data_dir: " << o.dir << "\n"
     << "tiers:\n"
-    << "  - kind: cpu_dram\n    capacity: 1GiB\n    lock_memory: false\n"
+    << "  - kind: cpu_dram\n    capacity: " << o.dram_mib << "MiB\n    lock_memory: false\n"
+    << "    prefault: " << (o.dram_prefault ? "true" : "false") << "\n"
     << "  - kind: nvme\n    name: disk\n    files: [" << o.dir << "/disk/slab.0]\n    capacity: 4GiB\n"
     << "store:\n  persistence: " << (o.persist ? "write_through" : "none") << "\n"
     << "listen:\n  unix_socket: " << o.dir << "/kvtier.sock\n  tcp: true\n  tcp_host: 127.0.0.1\n  tcp_port: 0\n"

@@ -1,7 +1,7 @@
 // `kvtier bench serve`'s daemon: `kvtier serve` run from this very binary (/proc/self/exe) as a
 // child process, so that its CPU time (/proc/<pid>/stat) is its own and it can be pinned to a
 // number of cores. Its configuration (ServeDaemonConfigYaml) is the one the in-process
-// baseline opens too: 1 GiB of DRAM over a 4 GiB disk tier, the Unix socket, TCP and
+// baseline opens too: 1 GiB of DRAM (dram_mib) over a 4 GiB disk tier, the Unix socket, TCP and
 // /metrics on ports of 127.0.0.1 the daemon picks (read back from the line it prints when it
 // listens).
 //
@@ -23,6 +23,8 @@ namespace kvtier::bench {
 struct ServeDaemonOptions {
   std::string dir;               // data directory (ServeDaemonConfigYaml only; Start makes its own)
   bool persist = true;           // write-through to the disk tier, or none
+  bool dram_prefault = true;     // the DRAM tier's `prefault` option
+  uint64_t dram_mib = 1024;      // the DRAM tier's capacity
   uint32_t max_connections = 256;
   int cores = 0;                 // pinned to the first `cores` CPUs this process may use; 0 = not pinned
 };

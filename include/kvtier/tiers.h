@@ -20,6 +20,10 @@ struct DramTierOptions {
   int numa_node = -1;             // Default: -1, the kernel's choice
   bool lock_memory = true;        // Default: true (best effort: mlock may be refused)
   bool huge_pages = true;         // Default: true (madvise; best effort)
+  // Default: true; a background thread faults the whole region in after the tier opens
+  // (MADV_POPULATE_WRITE), so that puts never pay first-touch page faults; the region is
+  // resident from the start. Skipped where lock_memory's mlock succeeded (it faults it all).
+  bool prefault = true;
   int shards = 16;                // Default: 16 lock shards over keys
   // Default: true; when a CUDA device is present the region is page-locked for it
   // (cudaHostRegister), so copies to and from GPU HBM are DMA without a staging copy.
@@ -38,6 +42,7 @@ struct CxlTierOptions {
   uint64_t capacity_bytes = 0;      // Required (> 0)
   int numa_node = -1;               // Default: -1 (no binding); the CXL node in production
   int shards = 16;                  // Default: 16 lock shards over keys
+  bool prefault = true;             // Default: true, as DramTierOptions::prefault
 
   Status Validate() const;
 };

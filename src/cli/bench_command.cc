@@ -112,6 +112,12 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   serve->add_flag("--tcp", serve_options->tcp, "TCP loopback (put+get: payloads inline) instead of the Unix socket (and shared memory), for lookups and redis-benchmark too");
   serve->add_flag("!--no-persist", serve_options->persist,
                   "Self-started daemons keep blocks as a cache only (no write-through to disk)");
+  serve->add_option("--dram-prefault", serve_options->dram_prefault,
+                    "The DRAM tier's prefault: on, off, or both (each client count off, then on)")
+      ->capture_default_str();
+  serve->add_option("--dram-mib", serve_options->dram_mib, "Put+get phases: the DRAM tier's capacity in MiB")
+      ->capture_default_str();
+  serve->add_flag("!--no-lookups", serve_options->lookups, "Skip the lookup phases (put+get phases only)");
   serve->add_option("--seed", serve_options->seed, "Workload seed")->capture_default_str();
   serve->add_flag("--json", serve_options->json_flag, "Print JSON (the only format)");
   OnRun(serve, serve_options, &bench::RunServeBenchmark, exit_code);

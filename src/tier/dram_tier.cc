@@ -7,17 +7,21 @@
 // old block or the new one, never a torn mix. A Read whose checksum fails drops the block
 // under the exclusive lock afterwards, only if the entry still has the generation it read.
 // Lock order: a shard lock, then the size-class allocator's mutex (Free under a shard lock);
-// Allocate takes no shard lock.
+// Allocate takes no shard lock. The background prefault (region_prefaulter.h) takes no lock
+// and needs none: it changes no byte of the region, so puts and reads run beside it.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <shared_mutex>
+#include <span>
 #include <unordered_map>
 
 #include "kvtier/tiers.h"
 #include "tier/dram_tier.h"
 #include "tier/memory_region.h"
+#include "tier/region_prefaulter.h"
 #include "tier/size_class_allocator.h"
 #include "tier/tier_counters.h"
 #include "tier/writer_checksum.h"
@@ -27,12 +31,17 @@ namespace {
 
 class MemoryTier final : public Tier {
  public:
-  MemoryTier(TierKind kind, std::string name, int shards, std::unique_ptr<MemoryRegion> region)
+  MemoryTier(TierKind kind, std::string name, int shards, std::unique_ptr<MemoryRegion> region, bool prefault)
       : kind_(kind),
         name_(std::move(name)),
         region_(std::move(region)),
         slots_({region_->bytes()}),
-        shards_(static_cast<std::size_t>(shards)) {}
+        shards_(static_cast<std::size_t>(shards)) {
+    // mlock has faulted every page in already: a second pass would only cost a thread.
+    if (prefault && !region_->memory_locked()) {
+      prefaulter_ = std::make_unique<RegionPrefaulter>(region_->data(), region_->bytes());
+    }
+  }
 
   TierKind kind() const override { return kind_; }
   const std::string& name() const override { return name_; }
@@ -150,6 +159,11 @@ class MemoryTier final : public Tier {
   }
 
   void SetFailedReadHookForTesting(std::function<void()> hook) { failed_read_hook_ = std::move(hook); }
+  bool WaitForPrefaultForTesting(std::chrono::milliseconds timeout) {
+    return prefaulter_ == nullptr || prefaulter_->WaitFor(timeout);
+  }
+  bool prefaulting() const { return prefaulter_ != nullptr; }
+  std::span<const std::byte> region() const { return {region_->data(), region_->bytes()}; }
 
  private:
   struct Entry {
@@ -188,6 +202,8 @@ class MemoryTier final : public Tier {
   std::atomic<uint64_t> used_bytes_{0}, blocks_{0}, next_generation_{1};
   TierCounters counters_;
   std::function<void()> failed_read_hook_;  // test seam: set while no Read runs
+  // Last, so that it is destroyed first: its thread stops before the region is unmapped.
+  std::unique_ptr<RegionPrefaulter> prefaulter_;
 };
 
 }  // namespace
@@ -207,6 +223,21 @@ void SetDramFailedReadHookForTesting(Tier* tier, std::function<void()> hook) {
   if (auto* dram = dynamic_cast<MemoryTier*>(tier)) dram->SetFailedReadHookForTesting(std::move(hook));
 }
 
+bool WaitForMemoryTierPrefaultForTesting(Tier* tier, std::chrono::milliseconds timeout) {
+  auto* memory = dynamic_cast<MemoryTier*>(tier);
+  return memory == nullptr || memory->WaitForPrefaultForTesting(timeout);
+}
+
+bool MemoryTierPrefaultsForTesting(const Tier* tier) {
+  const auto* memory = dynamic_cast<const MemoryTier*>(tier);
+  return memory != nullptr && memory->prefaulting();
+}
+
+std::span<const std::byte> MemoryTierRegionForTesting(const Tier* tier) {
+  const auto* memory = dynamic_cast<const MemoryTier*>(tier);
+  return memory != nullptr ? memory->region() : std::span<const std::byte>();
+}
+
 Result<std::unique_ptr<Tier>> NewDramTier(const DramTierOptions& options) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<MemoryRegion> region,
@@ -216,7 +247,7 @@ Result<std::unique_ptr<Tier>> NewDramTier(const DramTierOptions& options) {
                                                 .huge_pages = options.huge_pages,
                                                 .pin_for_gpu = options.pin_for_gpu}));
   return std::unique_ptr<Tier>(
-      std::make_unique<MemoryTier>(TierKind::kCpuDram, options.name, options.shards, std::move(region)));
+      std::make_unique<MemoryTier>(TierKind::kCpuDram, options.name, options.shards, std::move(region), options.prefault));
 }
 
 Status CxlTierOptions::Validate() const {
@@ -235,7 +266,7 @@ Result<std::unique_ptr<Tier>> NewCxlTier(const CxlTierOptions& options) {
                                                 .huge_pages = false,
                                                 .backing_file = options.path}));
   return std::unique_ptr<Tier>(
-      std::make_unique<MemoryTier>(TierKind::kCxlMemory, options.name, options.shards, std::move(region)));
+      std::make_unique<MemoryTier>(TierKind::kCxlMemory, options.name, options.shards, std::move(region), options.prefault));
 }
 
 }  // namespace kvtier

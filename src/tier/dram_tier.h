@@ -1,7 +1,10 @@
 // Test seams of the DRAM tier (the tier itself is made by NewDramTier in tiers.h).
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <functional>
+#include <span>
 
 #include "kvtier/tier.h"
 
@@ -15,5 +18,13 @@ bool CorruptDramBlockForTesting(Tier* tier, const BlockKey& key);
 // before it drops it: where a concurrent Write of the same key could land. Set it while no
 // Read runs; nullptr removes it. Does nothing when `tier` is not a DRAM tier.
 void SetDramFailedReadHookForTesting(Tier* tier, std::function<void()> hook);
+
+// Waits up to `timeout` for a DRAM or CXL tier's background prefault (region_prefaulter.h) to
+// end; true when it has, or when none runs.
+bool WaitForMemoryTierPrefaultForTesting(Tier* tier, std::chrono::milliseconds timeout);
+// Whether a DRAM or CXL tier started a background prefault (false when its memory is locked).
+bool MemoryTierPrefaultsForTesting(const Tier* tier);
+// A DRAM or CXL tier's whole region; empty for any other tier.
+std::span<const std::byte> MemoryTierRegionForTesting(const Tier* tier);
 
 }  // namespace kvtier

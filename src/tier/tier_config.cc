@@ -22,7 +22,8 @@ std::string Resolve(const std::string& data_dir, const std::string& path) {
 Result<TierOptions> ParseTier(const YamlMap& t, const std::string& kind, const std::string& data_dir) {
   if (kind == "cpu_dram") {
     KVTIER_RETURN_IF_ERROR(
-        t.CheckKeys({"kind", "name", "capacity", "numa_node", "lock_memory", "huge_pages", "shards", "pin_for_gpu"}));
+        t.CheckKeys({"kind", "name", "capacity", "numa_node", "lock_memory", "huge_pages", "prefault", "shards",
+                                    "pin_for_gpu"}));
     DramTierOptions o;
     if (t.Has("name")) {
       KVTIER_ASSIGN_OR_RETURN(o.name, t.String("name"));
@@ -37,6 +38,9 @@ Result<TierOptions> ParseTier(const YamlMap& t, const std::string& kind, const s
     if (t.Has("huge_pages")) {
       KVTIER_ASSIGN_OR_RETURN(o.huge_pages, t.Bool("huge_pages"));
     }
+    if (t.Has("prefault")) {
+      KVTIER_ASSIGN_OR_RETURN(o.prefault, t.Bool("prefault"));
+    }
     if (t.Has("shards")) {
       KVTIER_ASSIGN_OR_RETURN(o.shards, t.SmallInt("shards", 1, 4096));
     }
@@ -46,7 +50,7 @@ Result<TierOptions> ParseTier(const YamlMap& t, const std::string& kind, const s
     return TierOptions(o);
   }
   if (kind == "cxl_memory") {
-    KVTIER_RETURN_IF_ERROR(t.CheckKeys({"kind", "name", "capacity", "path", "numa_node", "shards"}));
+    KVTIER_RETURN_IF_ERROR(t.CheckKeys({"kind", "name", "capacity", "path", "numa_node", "shards", "prefault"}));
     CxlTierOptions o;
     if (t.Has("name")) {
       KVTIER_ASSIGN_OR_RETURN(o.name, t.String("name"));
@@ -59,6 +63,9 @@ Result<TierOptions> ParseTier(const YamlMap& t, const std::string& kind, const s
     }
     if (t.Has("shards")) {
       KVTIER_ASSIGN_OR_RETURN(o.shards, t.SmallInt("shards", 1, 4096));
+    }
+    if (t.Has("prefault")) {
+      KVTIER_ASSIGN_OR_RETURN(o.prefault, t.Bool("prefault"));
     }
     return TierOptions(o);
   }

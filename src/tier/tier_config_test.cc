@@ -132,3 +132,37 @@ TEST(TierConfig, OpensEveryTierFastestFirst) {
 
 }  // namespace
 }  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+Result<TierConfig> ParseDram(const std::string& extra) {
+  return ParseTierConfig("tiers:\n  - kind: cpu_dram\n    capacity: 1GiB\n" + extra +
+                             "  - kind: cxl_memory\n    path: /dev/shm/x\n    capacity: 1GiB\n" + extra,
+                         "t.yaml");
+}
+
+// Issue 17: the DRAM and CXL tiers prefault by default; `prefault: false` turns it off.
+TEST(TierConfig, PrefaultDefaultsToTrueAndParses) {
+  for (const auto& [extra, expected] : {std::pair<std::string, bool>{"", true},
+                                        {"    prefault: true\n", true},
+                                        {"    prefault: false\n", false}}) {
+    Result<TierConfig> config = ParseDram(extra);
+    ASSERT_TRUE(config.ok()) << config.status().ToString();
+    EXPECT_EQ(std::get<DramTierOptions>(config->tiers[0]).prefault, expected) << extra;
+    EXPECT_EQ(std::get<CxlTierOptions>(config->tiers[1]).prefault, expected) << extra;
+  }
+}
+
+TEST(TierConfig, PrefaultOfTheWrongTypeIsAnErrorNamingTheField) {
+  for (const std::string value : {"yes", "1", "[true]"}) {
+    Result<TierConfig> config = ParseDram("    prefault: " + value + "\n");
+    ASSERT_FALSE(config.ok()) << value;
+    EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(config.status().message().find("tiers[0]"), std::string::npos) << config.status().ToString();
+    EXPECT_NE(config.status().message().find("'prefault'"), std::string::npos) << config.status().ToString();
+  }
+}
+
+}  // namespace
+}  // namespace kvtier

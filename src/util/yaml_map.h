@@ -64,7 +64,8 @@ class YamlMap {
     return static_cast<int>(value);
   }
   Result<bool> Bool(const char* key) const {
-    KVTIER_ASSIGN_OR_RETURN(std::string text, String(key));
+    if (!node_[key] || !node_[key].IsScalar()) return Status::InvalidArgument(where_ + ": '" + key + "' must be true or false");
+    const std::string text = node_[key].as<std::string>();
     if (text == "true") return true;
     if (text == "false") return false;
     return Status::InvalidArgument(where_ + ": '" + key + "' must be true or false, got '" + text + "'");
