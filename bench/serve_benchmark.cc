@@ -604,7 +604,7 @@ Result<std::string> RunServeBenchmark(const ServeBenchmarkOptions& options) {
       {"config",
        {{"server", options.connect.empty() ? "kvtier serve child (/proc/self/exe), DRAM (dram_mib) over a 4 GiB disk tier in /tmp"
                                            : options.connect},
-        {"lookup_transport", "tcp 127.0.0.1, epoll clients"},
+        {"lookup_transport", options.tcp ? "tcp 127.0.0.1, epoll clients" : "unix socket, epoll clients"},
         {"put_get_transport", options.tcp ? "tcp" : "unix+shm"},
         {"clients", options.clients},
         {"lookup_clients", options.lookup_clients},
