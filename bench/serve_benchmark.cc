@@ -598,8 +598,10 @@ Result<std::string> RunServeBenchmark(const ServeBenchmarkOptions& options) {
       {"put_get", std::move(put_get)},
       {"max_rss_bytes", static_cast<uint64_t>(usage.ru_maxrss) * 1024},
       {"baselines",
-       {{"lookups", "redis-benchmark -t get -P 1, the same client count and --threads, on a private redis-server "
-                    "(no persistence) over TCP loopback, values of baseline_value_bytes (a whole-chain lookup reply frame)"},
+       {{"lookups", std::string("redis-benchmark -t get -P 1, the same client count and --threads, on a private redis-server "
+                                "(no persistence) over ") +
+                        (options.tcp ? "TCP loopback" : "its Unix socket") +
+                        ", values of baseline_value_bytes (a whole-chain lookup reply frame)"},
         {"put_get", "the same mix on a TieredStore in-process, opened from the daemon's configuration: N threads, no sockets"}}},
       {"config",
        {{"server", options.connect.empty() ? "kvtier serve child (/proc/self/exe), DRAM (dram_mib) over a 4 GiB disk tier in /tmp"
