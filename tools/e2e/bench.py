@@ -156,10 +156,17 @@ def run_engine(spec_path: str) -> int:
 
 
 # ------------------------------------------------------------------ cache processes
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n: int) -> list:
+    """n distinct free loopback ports (all bound at once: one at a time, the kernel can hand
+    out the same port twice, and mooncake_master then fails to bind its RPC port)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 120) -> None:
@@ -247,7 +254,7 @@ def cache_system(system: str, tmp: str, a: argparse.Namespace, log_path: str):
             yield env, ktc, proc.pid
             return
         if system == "lmcache":
-            port, http = 5555, free_port()
+            port, http = 5555, free_ports(1)[0]
             env = {"PYTHONPATH": LMCACHE_PEERS, "LMCACHE_TRACK_USAGE": "false"}
             proc = subprocess.Popen(
                 [sys.executable, "-m", "lmcache.cli.main", "server", "--host", "127.0.0.1", "--port", str(port),
@@ -263,13 +270,13 @@ def cache_system(system: str, tmp: str, a: argparse.Namespace, log_path: str):
             yield env, ktc, proc.pid
             return
         if system == "mooncake":
-            port, http = free_port(), free_port()
+            port, http, metrics = free_ports(3)
             binp = os.path.join(MOONCAKE_PEERS, "mooncake", "mooncake_master")
             env = {"PYTHONPATH": MOONCAKE_PEERS}
             proc = subprocess.Popen(
                 [binp, f"--rpc_address=127.0.0.1", f"--rpc_port={port}", "--enable_http_metadata_server=true",
                  "--http_metadata_server_host=127.0.0.1", f"--http_metadata_server_port={http}",
-                 "--metrics_host=127.0.0.1", "--metrics_port=" + str(free_port())],
+                 "--metrics_host=127.0.0.1", f"--metrics_port={metrics}"],
                 stdout=log, stderr=log, env={**os.environ, **env}, start_new_session=True)
             wait_port(port, proc, "mooncake_master")
             cfg = os.path.join(tmp, "mooncake.json")
@@ -295,12 +302,23 @@ def cache_system(system: str, tmp: str, a: argparse.Namespace, log_path: str):
 
 
 # ------------------------------------------------------------------ orchestration
+def _read(p: subprocess.Popen, lines: list, log, pid, hwm: list) -> None:
+    for line in p.stdout:
+        lines.append(line)
+        if not line.startswith("RESULT "):
+            log.write(line)
+            log.flush()
+        if pid:
+            hwm[0] = max(hwm[0], vm_hwm_kib(pid))
+
+
 def run_system(system: str, rep: int, sessions: list, a: argparse.Namespace, out_dir: str) -> dict:
     tmp = tempfile.mkdtemp(prefix=f"e2e-{system}-")
     model_dir = os.path.join(tmp, "model")
     os.makedirs(model_dir)
     tag = f"{system}.r{rep}"
-    run = {"event": "run", "system": system, "rep": rep}
+    run = {"event": "run", "system": system, "rep": rep, "start_utc": time.strftime("%H:%M:%S", time.gmtime()),
+           "loadavg_start": open("/proc/loadavg").read().split()[:3]}
     t0 = time.time()
     try:
         with cache_system(system, tmp, a, os.path.join(out_dir, f"{tag}.cache.log")) as (env_add, ktc, pid):
@@ -323,13 +341,13 @@ def run_system(system: str, rep: int, sessions: list, a: argparse.Namespace, out
                 p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--engine", spec_path],
                                      env=env, stdout=subprocess.PIPE, stderr=log, text=True)
                 lines = []
-                for line in p.stdout:
-                    lines.append(line)
-                    if not line.startswith("RESULT "):
-                        log.write(line)
-                        log.flush()
-                    if pid:
-                        hwm[0] = max(hwm[0], vm_hwm_kib(pid))
+                try:
+                    _read(p, lines, log, pid, hwm)
+                except BaseException:  # interrupted: the engine and its children go too
+                    for q in reversed(tree_pids(p.pid)):
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(q, signal.SIGKILL)
+                    raise
                 try:
                     p.wait(timeout=a.timeout)
                 except subprocess.TimeoutExpired:
@@ -345,6 +363,7 @@ def run_system(system: str, rep: int, sessions: list, a: argparse.Namespace, out
         run["error"] = repr(e)
         res = []
     run["seconds"] = round(time.time() - t0, 1)
+    run["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
     reqs = [r for r in res if r["event"] == "request"]
     run["warmup_ttft_s"] = [r.get("ttft_s") for r in res if r["event"] == "warmup"]
     done = next((r for r in res if r["event"] == "done"), None)
@@ -402,6 +421,7 @@ def main() -> int:
     p.add_argument("--engine", help=argparse.SUPPRESS)
     p.add_argument("--systems", default="none,kvtier,lmcache,mooncake")
     p.add_argument("--reps", type=int, default=1)
+    p.add_argument("--first-rep", type=int, default=0, help="number of the first rep (continues the rotation)")
     p.add_argument("--out", default=None)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--mix", default="sharegpt:3,taubench:2,sweagent:2", help="sessions per trace")
@@ -448,7 +468,7 @@ def main() -> int:
     print(f"# out {out}; {wl['requests']} requests, {total_prompt} prompt tokens, {len(sessions)} sessions", flush=True)
     systems = a.systems.split(",")
     runs = []
-    for rep in range(a.reps):
+    for rep in range(a.first_rep, a.first_rep + a.reps):
         order = systems[rep % len(systems):] + systems[:rep % len(systems)]
         for s in order:
             r = run_system(s, rep, sessions, a, out)
