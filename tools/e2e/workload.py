@@ -113,7 +113,7 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description="print the workload's shape")
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
-    ss = build({"sharegpt": 3, "taubench": 3, "sweagent": 2}, 4, 2500, 600, 32000, a.seed, 4.0, 3.0)
+    ss = build({"sharegpt": 3, "taubench": 2, "sweagent": 2}, 3, 2000, 600, 32000, a.seed, 3.0, 3.0)  # bench.py defaults
     for s in ss:
         print(s["name"], s["start_s"], s["scale"], [len(t["prompt"]) for t in s["turns"]], [t["think_s"] for t in s["turns"]])
     print("requests", sum(len(s["turns"]) for s in ss), "prompt tokens", sum(len(t["prompt"]) for s in ss for t in s["turns"]))
