@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""The markdown tables of a bench.py output folder: per run, and per system over all reps.
+
+    python3 tools/e2e/report.py /tmp/e2e-run [/tmp/e2e-run-more ...]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+
+
+def pct(xs: list, q: float) -> float:
+    xs = sorted(xs)
+    i = min(len(xs) - 1, max(0, int(round(q / 100 * (len(xs) - 1)))))
+    return xs[i]
+
+
+def main(outs: list) -> int:
+    """Several folders of the same workload are pooled."""
+    runs, reqs, totals = [], [], set()
+    for out in outs:
+        with open(os.path.join(out, "workload.json")) as f:
+            totals.add(json.load(f)["prompt_tokens"])
+        with open(os.path.join(out, "runs.jsonl")) as f:
+            runs += [json.loads(l) for l in f]
+        with open(os.path.join(out, "requests.jsonl")) as f:
+            reqs += [json.loads(l) for l in f]
+    if len(totals) != 1:
+        raise SystemExit(f"different workloads: {totals}")
+    total = totals.pop()
+    systems = []
+    for r in runs:
+        if r["system"] not in systems:
+            systems.append(r["system"])
+    print("| system | runs | requests | TTFT P50 (s) | TTFT P99 (s) | mean TTFT (s) | TTFT of turns 2-3 P50 (s) | "
+          "req/s | prompt tokens from external cache (per run) | from vLLM's prefix cache (per run) | "
+          "cache process peak RSS (MiB) | probe: 2048-token miss TTFT (s, per run) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for s in systems:
+        rs = [r for r in runs if r["system"] == s]
+        ok = [r for r in rs if r["rc"] == 0 and r.get("requests")]
+        t = [q["ttft_s"] for q in reqs if q["system"] == s]
+        if not ok or not t:
+            print(f"| {s} | {len(rs)} | FAILED | | | | | | | | | |")
+            continue
+        later = [q["ttft_s"] for q in reqs if q["system"] == s and q["turn"] > 0]
+        rps = [r["requests"] / r["wall_s"] for r in ok]
+        ext = [r.get("ext_hits", 0) for r in ok]
+        loc = [r.get("local_hits", 0) for r in ok]
+        rss = [r["cache_peak_rss_mib"] for r in ok if r.get("cache_peak_rss_mib") is not None]
+        j = lambda xs: "/".join(str(x) for x in xs)
+        print(f"| {s} | {len(ok)} of {len(rs)} | {len(t)} | {pct(t, 50):.2f} | {pct(t, 99):.2f} | {statistics.mean(t):.2f} | "
+              f"{pct(later, 50):.2f} | {statistics.mean(rps):.3f} | {j(ext)} of {total} | {j(loc)} | "
+              f"{j(rss) if rss else '-'} | {j(r['warmup_ttft_s'][-1] for r in ok)} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
