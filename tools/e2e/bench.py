@@ -206,23 +206,6 @@ def vm_hwm_kib(pid: int) -> int:
     return total
 
 
-def kvtier_yaml(data_dir: str, capacity_gib: int) -> str:
-    return f"""
-data_dir: {data_dir}
-tiers:
-  - kind: cpu_dram
-    capacity: {capacity_gib}GiB
-    lock_memory: false
-store:
-  policy: bayes
-  persistence: none
-listen:
-  unix_socket: kvtier.sock
-  tcp: false
-  metrics_port: -1
-"""
-
-
 @contextlib.contextmanager
 def cache_system(system: str, tmp: str, a: argparse.Namespace, log_path: str):
     """Starts the system's cache process; yields (engine env additions, kv_transfer_config, pid)."""
@@ -237,7 +220,8 @@ def cache_system(system: str, tmp: str, a: argparse.Namespace, log_path: str):
             os.makedirs(data)
             cfg = os.path.join(tmp, "kvtier.yaml")
             with open(cfg, "w") as f:
-                f.write(kvtier_yaml(data, a.cache_gib))
+                from e2e_connector import serve_yaml
+                f.write(serve_yaml(data, "dram_only", dram_gib=a.cache_gib))
             proc = subprocess.Popen([a.kvtier_bin, "serve", "--config", cfg], stdout=log, stderr=log,
                                     start_new_session=True)
             sock = os.path.join(data, "kvtier.sock")

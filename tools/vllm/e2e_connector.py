@@ -65,14 +65,15 @@ def make_pkg(tmp: str) -> str | None:
     return os.path.join(tmp, "pkg")
 
 
-def serve_yaml(data_dir: str, tiers: str, redis_endpoint: str = "") -> str:
+def serve_yaml(data_dir: str, tiers: str, redis_endpoint: str = "", dram_gib: int = 2) -> str:
     """dram: DRAM over a disk tier, blocks stay in DRAM (synchronous loads); disk: only a
-    disk tier (the connector loads asynchronously); shared: DRAM over a shared remote pool."""
-    dram = """
+    disk tier (the connector loads asynchronously); shared: DRAM over a shared remote pool;
+    dram_only: the DRAM tier alone (tools/e2e's cache of `dram_gib`)."""
+    dram = f"""
   - kind: cpu_dram
-    capacity: 2GiB
-    lock_memory: false""" if tiers in ("dram", "shared") else ""
-    below = f"""
+    capacity: {dram_gib}GiB
+    lock_memory: false""" if tiers in ("dram", "shared", "dram_only") else ""
+    below = "" if tiers == "dram_only" else f"""
   - kind: remote_pool
     topology: hash_ring
     endpoints: [{redis_endpoint}]
