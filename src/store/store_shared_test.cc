@@ -182,17 +182,27 @@ TEST_F(SharedPool, ReadsRacingAnotherNodesPutsAreNeverWrong) {
     }
   });
   std::size_t full = 0;
-  for (uint64_t round = 0; round < 3 * kChains; ++round) {
+  // Three passes at least, and a whole one after the writer is done: on a loaded machine the
+  // reader can otherwise finish before the writer has put anything.
+  uint64_t rounds_after_writer = 0;
+  for (uint64_t round = 0; round < 3 * kChains || rounds_after_writer < kChains; ++round) {
     const uint64_t chain = round % kChains;
+    const bool writer_done = put == kChains;
     const bool done = chain < put;
     const std::size_t read = kChainData.Get(*b, chain, 4);  // fails the test on a wrong byte
     if (done && read == 4) ++full;
+    if (writer_done) ++rounds_after_writer;
   }
   writer.join();
   // B's share (32 blocks) churns: a block it just found may be dropped by a mover before it
-  // is read (a last tier keeps a chain's interior blocks and drops leaves). What it finds it
-  // finds whole: every chain is in the pool, under its cards.
-  for (uint64_t chain = 0; chain < kChains; ++chain) EXPECT_EQ(b->Lookup(kChainData.Keys(chain, 4)).prefix_blocks, 4u);
+  // is read (a last tier keeps a chain's interior blocks and drops leaves), and while a drop
+  // is in flight the block is listed in no tier, so a lookup stops there. Once the movers are
+  // idle, what B finds it finds whole: every chain is in the pool, under its cards. Each
+  // lookup indexes blocks and wakes the movers again, hence a drain before each.
+  for (uint64_t chain = 0; chain < kChains; ++chain) {
+    b->Drain();
+    EXPECT_EQ(b->Lookup(kChainData.Keys(chain, 4)).prefix_blocks, 4u) << chain;
+  }
   EXPECT_GT(full, 0u);
 }
 
