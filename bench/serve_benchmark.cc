@@ -27,6 +27,7 @@
 
 #include "kvtier/client.h"
 #include "kvtier/daemon.h"
+#include "scaling_projection.h"
 #include "serve_daemon.h"
 #include "serve_lookup_phase.h"
 #include "temp_dir.h"
@@ -420,6 +421,7 @@ Result<std::unique_ptr<Client>> Connect(const ServeBenchmarkOptions& o, const st
 struct ServiceResult {
   PhaseResult phase;
   std::optional<double> cpu_seconds;  // the self-started daemon's, during the phase
+  std::optional<std::pair<LockProfile, LockProfile>> lock;  // its metadata lock before and after
   double prefault_wait_s = 0;         // from the daemon's start to its DRAM tier being resident
 };
 
@@ -449,13 +451,17 @@ Result<ServiceResult> RunService(const ServeBenchmarkOptions& o, int clients, bo
   ServiceResult r;
   if (daemon != nullptr) r.prefault_wait_s = WaitForPrefault(o, prefault, daemon->pid());
   double cpu_before = 0;
+  LockProfile lock_before;
   if (daemon != nullptr) {
     KVTIER_ASSIGN_OR_RETURN(cpu_before, daemon->CpuSeconds());
+    KVTIER_ASSIGN_OR_RETURN(lock_before, daemon->MetadataLock());
   }
   r.phase = RunPhase(drivers, o, mix, nonce, "service");
   if (daemon != nullptr) {
     KVTIER_ASSIGN_OR_RETURN(const double cpu_after, daemon->CpuSeconds());
+    KVTIER_ASSIGN_OR_RETURN(const LockProfile lock_after, daemon->MetadataLock());
     r.cpu_seconds = cpu_after - cpu_before;
+    r.lock.emplace(lock_before, lock_after);
   }
   drivers.clear();  // disconnect before the daemon stops
   if (daemon != nullptr) KVTIER_RETURN_IF_ERROR(daemon->Stop().WithContext("stopping the service"));
@@ -489,6 +495,7 @@ Result<nlohmann::json> RunPutGet(const ServeBenchmarkOptions& o, int clients, bo
                       {"refused", s.refused}};
   j["cpu_us_per_op"] = nullptr;  // unknown for a server started elsewhere (--connect)
   if (service.cpu_seconds && requests > 0) j["cpu_us_per_op"] = *service.cpu_seconds / static_cast<double>(requests) * 1e6;
+  if (service.lock) AddLockFields(service.lock->first, service.lock->second, requests, "cpu_us_per_op", j);
   if (service.phase.total.errors > 0) j["first_error"] = service.phase.total.first_error;
   if (baseline.total.errors > 0) j["baseline_first_error"] = baseline.total.first_error;
   return j;

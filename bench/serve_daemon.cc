@@ -56,6 +56,16 @@ Result<cpu_set_t> FirstCpus(int cores) {
   return chosen;
 }
 
+// The value of the sample named `sample` (with its labels) in a Prometheus text exposition.
+Result<double> MetricSample(const std::string& text, const std::string& sample) {
+  const std::string prefix = sample + " ";
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with(prefix)) return std::strtod(line.c_str() + prefix.size(), nullptr);
+  }
+  return Status::Internal("kvtier serve's /metrics has no sample " + sample);
+}
+
 }  // namespace
 
 std::string ServeDaemonConfigYaml(const ServeDaemonOptions& o) {
@@ -163,7 +173,7 @@ Result<double> ServeDaemon::CpuSeconds() const {
   return static_cast<double>(ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
-Result<RequestTimeSample> ServeDaemon::RequestTime(const std::string& op) const {
+Result<std::string> ServeDaemon::MetricsText() const {
   httplib::Client client("127.0.0.1", metrics_port_);
   client.set_connection_timeout(5);
   client.set_read_timeout(5);
@@ -172,23 +182,33 @@ Result<RequestTimeSample> ServeDaemon::RequestTime(const std::string& op) const 
     return Status::Unavailable("kvtier serve's /metrics on port " + std::to_string(metrics_port_) + " did not answer: " +
                                (got ? "HTTP " + std::to_string(got->status) : httplib::to_string(got.error())));
   }
-  const std::string labels = "{op=\"" + op + "\"} ";
-  const std::string sum = "kvtier_request_duration_seconds_sum" + labels;
-  const std::string count = "kvtier_request_duration_seconds_count" + labels;
-  RequestTimeSample s;
-  bool found_sum = false, found_count = false;
-  std::istringstream lines(got->body);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.starts_with(sum)) {
-      s.sum_seconds = std::strtod(line.c_str() + sum.size(), nullptr);
-      found_sum = true;
-    } else if (line.starts_with(count)) {
-      s.count = std::strtoull(line.c_str() + count.size(), nullptr, 10);
-      found_count = true;
-    }
-  }
-  if (!found_sum || !found_count) return Status::Internal("kvtier serve's /metrics has no " + sum + "or its count");
-  return s;
+  return got->body;
+}
+
+Result<RequestTimeSample> ServeDaemon::RequestTime(const std::string& op) const {
+  KVTIER_ASSIGN_OR_RETURN(const std::string text, MetricsText());
+  const std::string labels = "{op=\"" + op + "\"}";
+  KVTIER_ASSIGN_OR_RETURN(const double sum, MetricSample(text, "kvtier_request_duration_seconds_sum" + labels));
+  KVTIER_ASSIGN_OR_RETURN(const double count, MetricSample(text, "kvtier_request_duration_seconds_count" + labels));
+  return RequestTimeSample{.sum_seconds = sum, .count = static_cast<uint64_t>(count)};
+}
+
+Result<LockProfile> ServeDaemon::MetadataLock() const {
+  KVTIER_ASSIGN_OR_RETURN(const std::string text, MetricsText());
+  LockProfile p;
+  KVTIER_ASSIGN_OR_RETURN(p.exclusive_hold_seconds, MetricSample(text, "kvtier_metadata_lock_hold_seconds_total"));
+  KVTIER_ASSIGN_OR_RETURN(const double acquisitions, MetricSample(text, "kvtier_metadata_lock_acquisitions_total"));
+  KVTIER_ASSIGN_OR_RETURN(const double exclusive_waits,
+                          MetricSample(text, "kvtier_metadata_lock_waits_total{mode=\"exclusive\"}"));
+  KVTIER_ASSIGN_OR_RETURN(const double shared_waits, MetricSample(text, "kvtier_metadata_lock_waits_total{mode=\"shared\"}"));
+  KVTIER_ASSIGN_OR_RETURN(p.exclusive_wait_seconds,
+                          MetricSample(text, "kvtier_metadata_lock_wait_seconds_total{mode=\"exclusive\"}"));
+  KVTIER_ASSIGN_OR_RETURN(p.shared_wait_seconds,
+                          MetricSample(text, "kvtier_metadata_lock_wait_seconds_total{mode=\"shared\"}"));
+  p.exclusive_acquisitions = static_cast<uint64_t>(acquisitions);
+  p.exclusive_waits = static_cast<uint64_t>(exclusive_waits);
+  p.shared_waits = static_cast<uint64_t>(shared_waits);
+  return p;
 }
 
 }  // namespace kvtier::bench

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 
+#include "kvtier/lock_profile.h"
 #include "kvtier/status.h"
 #include "temp_dir.h"
 
@@ -55,6 +56,8 @@ class ServeDaemon {
   Result<double> CpuSeconds() const;
   // Totals of kvtier_request_duration_seconds for `op` ("lookup", "put", "get") from /metrics.
   Result<RequestTimeSample> RequestTime(const std::string& op) const;
+  // The store's metadata lock profile so far, from /metrics (kvtier_metadata_lock_*).
+  Result<LockProfile> MetadataLock() const;
 
   pid_t pid() const { return pid_; }
   const std::string& socket_path() const { return socket_; }
@@ -64,6 +67,7 @@ class ServeDaemon {
  private:
   ServeDaemon() = default;
   Status WaitUntilListening();
+  Result<std::string> MetricsText() const;
   std::string LastLogLine() const;
 
   std::optional<TempDir> dir_;

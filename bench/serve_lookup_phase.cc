@@ -10,6 +10,7 @@
 #include "kvtier/protocol.h"
 #include "lookup_load.h"
 #include "redis_benchmark_baseline.h"
+#include "scaling_projection.h"
 #include "serve_daemon.h"
 
 namespace kvtier::bench {
@@ -74,18 +75,22 @@ Result<nlohmann::json> MeasureClients(const ServeDaemon& daemon, const LookupPha
                                       const std::vector<std::vector<BlockKey>>& chains) {
   std::optional<Result<double>> cpu_before;
   std::optional<Result<RequestTimeSample>> time_before;
+  std::optional<Result<LockProfile>> lock_before;
   LookupLoadOptions load{.port = daemon.tcp_port(), .unix_socket = o.tcp ? "" : daemon.socket_path(),
                          .clients = clients, .threads = o.threads, .seconds = o.seconds,
                          .seed = o.seed * 131 + static_cast<uint64_t>(clients)};
   load.at_window_start = [&] {
     cpu_before.emplace(daemon.CpuSeconds());
     time_before.emplace(daemon.RequestTime("lookup"));
+    lock_before.emplace(daemon.MetadataLock());
   };
   KVTIER_ASSIGN_OR_RETURN(LookupLoadResult r, RunLookupLoad(load, chains));
   KVTIER_ASSIGN_OR_RETURN(const double cpu_after, daemon.CpuSeconds());
   KVTIER_ASSIGN_OR_RETURN(const RequestTimeSample time_after, daemon.RequestTime("lookup"));
+  KVTIER_ASSIGN_OR_RETURN(const LockProfile lock_after, daemon.MetadataLock());
   KVTIER_RETURN_IF_ERROR(cpu_before->status());
   KVTIER_RETURN_IF_ERROR(time_before->status());
+  KVTIER_RETURN_IF_ERROR(lock_before->status());
   const uint64_t served = time_after.count - (*time_before)->count;
   const double server_s = time_after.sum_seconds - (*time_before)->sum_seconds;
   nlohmann::json j = {
@@ -101,6 +106,7 @@ Result<nlohmann::json> MeasureClients(const ServeDaemon& daemon, const LookupPha
       {"misses", r.misses},
       {"errors", r.errors}};
   if (r.errors > 0) j["first_error"] = r.first_error;
+  AddLockFields(**lock_before, lock_after, r.lookups, "cpu_us_per_lookup", j);
   return j;
 }
 
@@ -159,6 +165,8 @@ Result<nlohmann::json> RunLookupPhases(const LookupPhaseOptions& o, uint64_t& er
                             {"mean_lookup_us", widest["mean_lookup_us"]},
                             {"server_lookup_us", widest["server_lookup_us"]},
                             {"cpu_us_per_lookup", widest["cpu_us_per_lookup"]},
+                            {"lock_hold_us_per_op", widest.value("lock_hold_us_per_op", 0.0)},
+                            {"projected", widest.value("projected", nlohmann::json())},
                             {"baseline_value_bytes", reply_bytes},
                             {"errors", 0},
                             {"by_cores", runs}};

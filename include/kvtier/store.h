@@ -45,6 +45,7 @@
 #include "kvtier/eviction_policy.h"
 #include "kvtier/head_importance.h"
 #include "kvtier/kv_block_layout.h"
+#include "kvtier/lock_profile.h"
 #include "kvtier/prefetch_window.h"
 #include "kvtier/reuse_predictor.h"
 #include "kvtier/status.h"
@@ -220,6 +221,9 @@ struct StoreStats {
   uint64_t journal_ignored_bytes = 0;
   uint64_t journal_compactions = 0;  // while the store ran (Open's compaction is not counted)
   uint64_t journal_compaction_failures = 0;  // e.g. no room for the new file: the old one goes on
+  // The one lock over the store's metadata (index, block table, policies): time held
+  // exclusively (Put, the movers' bookkeeping, the end of a Get) and waited for.
+  LockProfile metadata_lock;
 };
 
 class StorePin;

@@ -75,6 +75,24 @@ class Exposition {
   std::string out_;
 };
 
+// The store's metadata lock: its exclusive hold time per operation is the part of the daemon's
+// work that more cores cannot spread (docs/serve.md, "Scaling").
+void RenderMetadataLock(const LockProfile& lock, Exposition& e) {
+  e.Single("kvtier_metadata_lock_hold_seconds_total", "counter",
+           "Time the store's metadata lock was held exclusively (serial work).", lock.exclusive_hold_seconds);
+  e.Single("kvtier_metadata_lock_acquisitions_total", "counter", "Exclusive acquisitions of the store's metadata lock.",
+           lock.exclusive_acquisitions);
+  e.Family("kvtier_metadata_lock_waits_total", "counter",
+           "Acquisitions of the store's metadata lock that found it taken, by mode.");
+  e.Sample("kvtier_metadata_lock_waits_total", LabelSet({{"mode", "exclusive"}}), Number(lock.exclusive_waits));
+  e.Sample("kvtier_metadata_lock_waits_total", LabelSet({{"mode", "shared"}}), Number(lock.shared_waits));
+  e.Family("kvtier_metadata_lock_wait_seconds_total", "counter",
+           "Time spent waiting for the store's metadata lock, by mode.");
+  e.Sample("kvtier_metadata_lock_wait_seconds_total", LabelSet({{"mode", "exclusive"}}),
+           Number(lock.exclusive_wait_seconds));
+  e.Sample("kvtier_metadata_lock_wait_seconds_total", LabelSet({{"mode", "shared"}}), Number(lock.shared_wait_seconds));
+}
+
 void RenderStore(const StoreStats& s, Exposition& e) {
   struct TierFamily {
     std::string_view name, type, help;
@@ -161,6 +179,7 @@ void RenderStore(const StoreStats& s, Exposition& e) {
   e.Single("kvtier_journal_compaction_failures_total", "counter",
            "Journal compactions that failed (e.g. a full disk); the journal went on as it was.",
            s.journal_compaction_failures);
+  RenderMetadataLock(s.metadata_lock, e);
 }
 
 // "0.3-0.4": bin i of CalibrationReport's ten.

@@ -304,7 +304,9 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
         "kvtier_recompute_preferred_total", "kvtier_head_splits_total", "kvtier_head_split_reads_total",
         "kvtier_head_importance_assumed", "kvtier_mover_queue_depth", "kvtier_pinned_blocks", "kvtier_index_blocks",
         "kvtier_recovered_blocks", "kvtier_recovery_dropped_blocks", "kvtier_journal_records",
-        "kvtier_journal_compactions_total", "kvtier_journal_compaction_failures_total", "kvtier_predictor_reuse_alpha", "kvtier_predictor_reuse_beta", "kvtier_predictor_reuse_probability",
+        "kvtier_journal_compactions_total", "kvtier_journal_compaction_failures_total",
+        "kvtier_metadata_lock_hold_seconds_total", "kvtier_metadata_lock_acquisitions_total",
+        "kvtier_metadata_lock_waits_total", "kvtier_metadata_lock_wait_seconds_total", "kvtier_predictor_reuse_alpha", "kvtier_predictor_reuse_beta", "kvtier_predictor_reuse_probability",
         "kvtier_predictor_observations_total", "kvtier_predictor_predictions_total", "kvtier_predictor_brier_score",
         "kvtier_predictor_brier_score_overall", "kvtier_predictor_reliability_predictions_total",
         "kvtier_predictor_reliability_mean_predicted", "kvtier_predictor_reliability_observed_frequency",
@@ -314,7 +316,7 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
         "kvtier_checksum_mismatches_total", "kvtier_requests_in_flight"}) {
     EXPECT_TRUE(e.types.contains(family)) << family;
   }
-  EXPECT_EQ(e.types.size(), 60u) << "a family was added: list it here and in docs/metrics.md";
+  EXPECT_EQ(e.types.size(), 64u) << "a family was added: list it here and in docs/metrics.md";
   EXPECT_EQ(e.Value("kvtier_checksum_mismatches_total", {{"direction", "put"}}), 0);
 
   EXPECT_EQ(e.Value("kvtier_tier_capacity_bytes", {{"tier", "hbm"}, {"kind", "gpu_hbm"}}), 1 << 30);

@@ -54,6 +54,13 @@ std::string StatsJson(const StoreStats& s, const std::string& predictor_json) {
       {"shared_found_blocks", s.shared_found_blocks}, {"shared_publish_failures", s.shared_publish_failures},
       {"vanished_copies", s.vanished_copies},
       {"recovered_blocks", s.recovered_blocks}, {"recovery_dropped_blocks", s.recovery_dropped_blocks},
+      {"metadata_lock",
+       {{"exclusive_acquisitions", s.metadata_lock.exclusive_acquisitions},
+        {"exclusive_hold_seconds", s.metadata_lock.exclusive_hold_seconds},
+        {"exclusive_waits", s.metadata_lock.exclusive_waits},
+        {"exclusive_wait_seconds", s.metadata_lock.exclusive_wait_seconds},
+        {"shared_waits", s.metadata_lock.shared_waits},
+        {"shared_wait_seconds", s.metadata_lock.shared_wait_seconds}}},
       {"predictor", nlohmann::json::parse(predictor_json)}};
   return out.dump();
 }

@@ -13,9 +13,10 @@
 //
 // Locking. `mu_` guards the index, `blocks`, `stats` and `tiers` (all of each TierState but
 // its `tier`, which is thread-safe itself and set only in Open). It is a reader-writer lock
-// (util/rw_mutex.h, writers first): what only reads them takes it shared, so lookups and the
-// planning half of reads run side by side (Lookup, PlanReads, ReadForGet's second look,
-// GetStats); everything that changes them takes it exclusively. The index and `blocks`
+// (util/rw_mutex.h, writers first; profiled, StoreStats::metadata_lock): what only reads them
+// takes it shared, so lookups and the planning half of reads run side by side (Lookup,
+// PlanReads, ReadForGet's second look, GetStats); everything that changes them takes it
+// exclusively. The index and `blocks`
 // change only under the exclusive lock, so they always agree; the index's own lock is then
 // never contended by a writer. `read_counters` are atomics, counted under the shared lock.
 // Methods whose names end in `Locked` need `mu_` held (exclusively, unless they say "shared
@@ -52,7 +53,7 @@
 #include "store/block_journal.h"
 #include "store/expected_reads.h"
 #include "store/shared_card.h"
-#include "util/rw_mutex.h"
+#include "util/profiled_rw_mutex.h"
 #include "util/task_pool.h"
 
 namespace kvtier {
@@ -94,7 +95,7 @@ struct TieredStore::Impl {
   std::shared_ptr<ReusePredictor> predictor;
   std::function<double()> clock;
 
-  mutable RwMutex mu_;
+  mutable ProfiledRwMutex mu_;
   // The counters that Lookup, which holds `mu_` shared, adds to; GetStats folds them into `stats`.
   struct ReadCounters {
     std::atomic<uint64_t> lookups{0}, lookup_blocks{0}, lookup_hit_blocks{0}, recompute_preferred{0};

@@ -225,6 +225,7 @@ StoreStats TieredStore::GetStats() const {
   out.lookup_hit_blocks = s.read_counters.lookup_hit_blocks.load(std::memory_order_relaxed);
   out.recompute_preferred = s.read_counters.recompute_preferred.load(std::memory_order_relaxed);
   out.journal_records = journal_records;
+  out.metadata_lock = s.mu_.Profile();
   for (const Impl::TierState& ts : s.tiers) {
     StoreTierStats t = ts.stats;
     t.evict_failures = evict_failures[out.tiers.size()];

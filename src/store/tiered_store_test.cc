@@ -98,6 +98,24 @@ TEST(TieredStore, PutLookupGetRoundTrip) {
   EXPECT_EQ(r->new_blocks, 0u);
 }
 
+// The metadata lock's profile (StoreStats::metadata_lock): a Put holds it exclusively; lookups
+// take it shared only, so they add no exclusive acquisition however many there are.
+TEST(TieredStore, ReportsItsMetadataLockAndLookupsNeverTakeItExclusively) {
+  auto store = TwoTierStore(8u << 20, 8u << 20);
+  ASSERT_NE(store, nullptr);
+  const LockProfile before = store->GetStats().metadata_lock;
+  PutChain(*store, 1, 4);
+  store->Drain();  // no mover runs during the lookups below
+  const LockProfile after_put = store->GetStats().metadata_lock;
+  EXPECT_GT(after_put.exclusive_acquisitions, before.exclusive_acquisitions);
+  EXPECT_GT(after_put.exclusive_hold_seconds, before.exclusive_hold_seconds);
+  const std::vector<BlockKey> keys = {Key(1, 0), Key(1, 1), Key(1, 2), Key(1, 3)};
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(store->Lookup(keys).prefix_blocks, 4u);
+  const LockProfile after_lookups = store->GetStats().metadata_lock;
+  EXPECT_EQ(after_lookups.exclusive_acquisitions, after_put.exclusive_acquisitions);
+  EXPECT_EQ(after_lookups.exclusive_hold_seconds, after_put.exclusive_hold_seconds);
+}
+
 TEST(TieredStore, RejectsMalformedPuts) {
   auto store = TwoTierStore(1u << 20, 1u << 20);
   ASSERT_NE(store, nullptr);

@@ -1,0 +1,20 @@
+// LockProfile: what a lock cost the threads that used it, since it was made. A store reports its
+// metadata lock's (StoreStats::metadata_lock); `kvtier bench serve` turns the exclusive hold
+// time per operation into how far the daemon would scale on more cores (docs/serve.md).
+#pragma once
+
+#include <cstdint>
+
+namespace kvtier {
+
+struct LockProfile {
+  uint64_t exclusive_acquisitions = 0;
+  uint64_t exclusive_waits = 0;  // acquisitions that found the lock taken
+  double exclusive_wait_seconds = 0;
+  // The time writers held it: work no other thread could do meanwhile, the serial part.
+  double exclusive_hold_seconds = 0;
+  uint64_t shared_waits = 0;  // shared acquisitions that found a writer holding or waiting
+  double shared_wait_seconds = 0;
+};
+
+}  // namespace kvtier
