@@ -349,6 +349,18 @@ def test_partial_prefix_hit_loads_the_shared_blocks_and_saves_the_rest(daemon, b
     b.close()
 
 
+def test_hit_is_cut_to_the_segment(daemon):
+    """A load reads the chain from its first block in one Get: a hit ends where the worker's
+    segment is full (3 blocks of 768 bytes here), and the engine computes the rest."""
+    a = Engine(llm_args(url_of(daemon)), 32)
+    out_a = a.run(Request(1, PROMPT, 2))[0]
+    a.close()
+    b = Engine(llm_args(url_of(daemon, f"shared_memory_bytes={3 * LAYERS * 2 * BS * ROW * 2}")), 32)
+    assert b.run(Request(2, PROMPT, 2))[0] == out_a
+    assert b.matched[2] == 12 and b.workers[0].stats["loaded_blocks"] == 3
+    b.close()
+
+
 def test_miss_loads_nothing_and_saves_the_prompt(daemon):
     args = llm_args(url_of(daemon))
     eng = Engine(args, 32)
@@ -376,6 +388,7 @@ def test_device_hit_then_kvtier_hit_and_chunked_prefill(daemon):
     assert b.matched[2] == 12
     assert [[block for block, _ in blocks] for _, _, blocks in loads] == [ids[0][1:4]]
     # A chunked prefill of a new prompt saves each block once, in chain order.
+    b.load_hook = None
     prompt = [7000 + i for i in range(22)]
     out = b.run(Request(3, prompt, 1, chunk=8))[0]
     assert out == reference(daemon, prompt, 1)
