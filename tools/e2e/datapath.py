@@ -53,6 +53,7 @@ import bench  # noqa: E402  (its peers' start-up: cache_system, free_ports, wait
 
 SYSTEMS = "memcpy,kvtier,kvtier-copy,mooncake,lmcache,redis,redis-bench"
 MIB = 1 << 20
+LMCACHE_CHUNK = 256  # tokens: the server's --chunk-size default
 
 
 # ------------------------------------------------------------------ client side
@@ -193,12 +194,9 @@ class LMCache:
                        model_name="datapath")
         self.ctx.register_caches()
         self.mode = type(self.ctx.transfer_ctx._context).__name__
-        if self.ctx.chunk_size * 2 * nh * hs * 2 != spec["block_bytes"]:
+        if self.ctx.chunk_size != LMCACHE_CHUNK or LMCACHE_CHUNK * 2 * nh * hs * 2 != spec["block_bytes"]:
             raise RuntimeError(f"chunk of {self.ctx.chunk_size} tokens is not one block")
         self.chunk = self.ctx.chunk_size
-        rng = np.random.default_rng(spec["seed"] + 7)
-        # Distinct random token ids per batch: LMCache's keys are hashes of the token prefix.
-        self.tokens = rng.integers(0, 1 << 30, spec["blocks"] * self.chunk).tolist()
         self.out = {}
 
     def _kv(self, src, lo, hi):
@@ -207,11 +205,11 @@ class LMCache:
         return self.torch.from_numpy(src[lo:hi].reshape(-1)).view(self.torch.float16).view(2, 1, (hi - lo) * self.chunk, 1024)
 
     def put(self, src, lo, hi, keys):
-        if not self.ctx.store(self._kv(src, lo, hi), self.tokens[lo * self.chunk:hi * self.chunk]):
+        if not self.ctx.store(self._kv(src, lo, hi), keys):
             raise RuntimeError("LMCache store returned False")
 
     def get(self, lo, hi, keys):
-        t = self.ctx.retrieve(self.tokens[lo * self.chunk:hi * self.chunk])
+        t = self.ctx.retrieve(keys)
         if t is None or t.shape[2] != (hi - lo) * self.chunk:
             raise RuntimeError(f"LMCache retrieve returned {None if t is None else tuple(t.shape)}")
         self.out[lo] = t
@@ -255,8 +253,13 @@ CLIENTS = {"memcpy": Memcpy, "kvtier": Kvtier, "kvtier-copy": Kvtier, "mooncake"
            "redis": Redis}
 
 
-def keys_for(spec, lo, hi):
-    pre = f"dp{spec['rep']}c{spec['clients']}w{spec['worker']}"
+def keys_for(spec, lo, hi, tag):
+    """The keys of blocks lo..hi; for LMCache the batch's token ids (its keys are hashes of
+    the token prefix, LMCACHE_CHUNK tokens a block): random, so distinct."""
+    pre = f"dp{spec['rep']}c{spec['clients']}w{spec['worker']}{tag}"
+    if spec["system"] == "lmcache":
+        rng = np.random.default_rng([spec["seed"], len(tag), lo])
+        return rng.integers(0, 1 << 30, (hi - lo) * LMCACHE_CHUNK).tolist()
     if spec["system"].startswith("kvtier"):
         import hashlib
         return [hashlib.sha256(f"{pre}b{i}".encode()).digest()[:16] for i in range(lo, hi)]
@@ -264,7 +267,9 @@ def keys_for(spec, lo, hi):
 
 
 def run_worker(spec_json: str) -> int:
-    """One client process: set up, READY; on 'put' put, report; on 'get' get, check, report."""
+    """One client process: set up (and, unless --no-warm, put and get every block once under
+    other keys, untimed: first touches of mappings and pools out of the measurement), READY;
+    on 'put' put, report; on 'get' get, report; then check every byte and report."""
     spec = json.loads(spec_json)
     n, bs, batch = spec["blocks"], spec["block_bytes"], spec["batch"]
     rng = np.random.default_rng(spec["seed"])
@@ -272,8 +277,13 @@ def run_worker(spec_json: str) -> int:
     c = CLIENTS[spec["system"]](spec)
     src = spec["src"]
     ranges = [(lo, min(n, lo + batch)) for lo in range(0, n, batch)]
-    keys = {lo: keys_for(spec, lo, hi) for lo, hi in ranges}
+    keys = {lo: keys_for(spec, lo, hi, "") for lo, hi in ranges}
     out = {"worker": spec["worker"], "mode": getattr(c, "mode", None)}
+    if spec["warm"]:
+        for lo, hi in ranges:
+            c.put(src, lo, hi, keys_for(spec, lo, hi, "warm"))
+        for lo, hi in ranges:
+            c.get(lo, hi, keys_for(spec, lo, hi, "warm"))
     print("READY", flush=True)
     for phase in ("put", "get"):
         if sys.stdin.readline().strip() != phase:
@@ -376,11 +386,15 @@ def run_clients(system: str, nclients: int, rep: int, env_add: dict, extra: dict
         env.pop("PYTHONPATH", None)
     env.update({k: v for k, v in env_add.items() if k != "PYTHONPATH"})
     env["LMCACHE_TRACK_USAGE"] = "false"
+    # torch's intra-op threads (LMCache's client): with the default 2 on this loaded 2-core
+    # machine its store/retrieve ran 5-10 times slower than with 1.
+    env["OMP_NUM_THREADS"] = "1"
     procs = []
     with open(log_path, "a") as log:
         for w in range(nclients):
             spec = {"system": system, "blocks": a.blocks, "block_bytes": a.block_mib * MIB, "batch": a.batch,
-                    "rep": rep, "clients": nclients, "worker": w, "seed": 1000 * rep + 10 * nclients + w, **extra}
+                    "rep": rep, "clients": nclients, "worker": w, "seed": 1000 * rep + 10 * nclients + w,
+                    "warm": not a.no_warm, **extra}
             procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
                                           env=env))
@@ -501,7 +515,8 @@ def main() -> int:
     p.add_argument("--blocks", type=int, default=256, help="blocks per client")
     p.add_argument("--block-mib", type=int, default=1)
     p.add_argument("--batch", type=int, default=16, help="blocks per put/get call (pipeline for Redis)")
-    p.add_argument("--cache-gib", type=int, default=2, help="every server's capacity")
+    p.add_argument("--cache-gib", type=int, default=3, help="every server's capacity")
+    p.add_argument("--no-warm", action="store_true", help="no untimed put+get pass before the timed one")
     p.add_argument("--mooncake-threads", type=int, default=4, help="mooncake_client --threads")
     p.add_argument("--out", default=None)
     p.add_argument("--kvtier-bin", default=os.path.join(bench.REPO, "build", "release", "kvtier"))
@@ -521,8 +536,8 @@ def main() -> int:
     pkgtmp = tempfile.mkdtemp(prefix="dp-pkg-")
     a.kvtier_pkg = make_pkg(pkgtmp) or ""
     need = a.cache_gib * (1 << 30)
-    if need < (1 + max(a.clients)) * a.blocks * a.block_mib * MIB:
-        raise SystemExit("--cache-gib too small for the 1-client and the 4-client blocks together")
+    if need < (1 if a.no_warm else 2) * sum(a.clients) * a.blocks * a.block_mib * MIB:
+        raise SystemExit("--cache-gib too small for every run's blocks (warm pass included)")
     print(f"# out {out}; loadavg {open('/proc/loadavg').read().split()[:3]}", flush=True)
     systems = a.systems.split(",")
     recs = []
