@@ -38,6 +38,7 @@ import contextlib
 import ctypes
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -226,7 +227,7 @@ class LMCache:
     def clear(self):
         self.out = {}
 
-    def check(self, src, batch):
+    def check(self, src):
         for lo, t in self.out.items():
             hi = lo + t.shape[2] // self.chunk
             if not self.torch.equal(t.contiguous().view(self.torch.uint8).reshape(-1),
@@ -313,7 +314,7 @@ def run_worker(spec_json: str) -> int:
         out[phase] = [t0, time.monotonic()]
         print("DONE", flush=True)
     if hasattr(c, "check"):
-        bad = c.check(src, batch)
+        bad = c.check(src)
     else:
         bad = next((i for i in range(n) if c.result(i) is None or not np.array_equal(c.result(i), src[i])), None)
     out["verified"] = bad is None
@@ -494,7 +495,6 @@ def run_system(system: str, rep: int, a, out: str) -> list:
         print(json.dumps(r), flush=True)
         with open(os.path.join(out, "results.jsonl"), "a") as f:
             f.write(json.dumps(r) + "\n")
-    import shutil
     shutil.rmtree(tmp, ignore_errors=True)
     return recs
 
