@@ -14,6 +14,8 @@ start each phase together. Systems (one server per system and repetition, 1 clie
                 back to a third), no server: the baseline
   kvtier        `kvtier serve`, one cpu_dram tier; kvtier.Client over the Unix socket, the
                 blocks in the client's shared-memory segment (put and get pass references)
+  kvtier-nocheck  as kvtier, with checksums=False (protocol version 1: no xxh3 of the
+                blocks on either side); not in the default --systems
   kvtier-copy   the same server; the blocks in private memory, copied into and out of the
                 segment per batch (what the vLLM connector does with its KV pages)
   mooncake      mooncake_master + mooncake_client (the "real client" holding the segment);
@@ -89,7 +91,8 @@ class Kvtier:
         n, bs, batch = spec["blocks"], spec["block_bytes"], spec["batch"]
         self.copy = spec["system"] == "kvtier-copy"
         shm_bytes = (2 * batch if self.copy else 2 * n) * bs
-        self.c = kvtier.Client.connect_unix(spec["socket"], tenant="datapath", shared_memory_bytes=shm_bytes)
+        self.c = kvtier.Client.connect_unix(spec["socket"], tenant="datapath", shared_memory_bytes=shm_bytes,
+                                            checksums=spec["system"] != "kvtier-nocheck")
         seg = np.frombuffer(self.c.shared_memory, dtype=np.uint8)
         half = (batch if self.copy else n)
         self.src_seg = seg[:half * bs].reshape(half, bs)
@@ -265,7 +268,7 @@ class Redis:
         return np.frombuffer(self.out[i], dtype=np.uint8) if self.out[i] is not None else None
 
 
-CLIENTS = {"memcpy": Memcpy, "kvtier": Kvtier, "kvtier-copy": Kvtier, "mooncake": Mooncake, "lmcache": LMCache,
+CLIENTS = {"memcpy": Memcpy, "kvtier": Kvtier, "kvtier-copy": Kvtier, "kvtier-nocheck": Kvtier, "mooncake": Mooncake, "lmcache": LMCache,
            "redis": Redis}
 
 
