@@ -238,14 +238,14 @@ def cache_system(system: str, tmp: str, a: argparse.Namespace, log_path: str):
             yield env, ktc, proc.pid
             return
         if system == "lmcache":
-            port, http = 5555, free_ports(1)[0]
+            port, http = 5555, getattr(a, "lmcache_http_port", None) or free_ports(1)[0]
             env = {"PYTHONPATH": LMCACHE_PEERS, "LMCACHE_TRACK_USAGE": "false"}
             proc = subprocess.Popen(
                 [sys.executable, "-m", "lmcache.cli.main", "server", "--host", "127.0.0.1", "--port", str(port),
                  "--l1-size-gb", str(a.cache_gib), "--eviction-policy", "LRU", "--max-workers", "1",
                  "--supported-transfer-mode", "auto", "--http-port", str(http),
                  # its OpenTelemetry metrics need opentelemetry-exporter-prometheus, not installed
-                 "--disable-metrics"],
+                 "--disable-metrics"] + getattr(a, "lmcache_args", []),
                 stdout=log, stderr=log, env={**os.environ, **env}, start_new_session=True)
             wait_port(port, proc, "lmcache server")
             ktc = {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both",
