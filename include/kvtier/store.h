@@ -106,6 +106,13 @@ struct StoreOptions {
   // (whose bounded queue is the back-pressure), instead of before the put is acknowledged.
   // Default: false: other nodes can read a block once its put returns.
   bool publish_in_background = false;
+  // Keys name their whole prefix (engine block hashes and kvtier.chain_keys do: a key hashes
+  // the key before it), so Lookup, Get and Pin may take a run that starts at any stored block
+  // (an engine holding a chain's first blocks asks for the rest); each key after the first must
+  // still be the child of the one before it. Off, a run must start at a chain's first block:
+  // the guard for ids that may repeat under another prefix (some traces). `kvtier serve` sets
+  // it. Default: false.
+  bool keys_name_prefix = false;
   // Recompute cost per token when the block's own estimate is not given (Put's
   // recompute_seconds); from the cost model (cost_model.h) for the served model and GPU.
   double recompute_seconds_per_token = 0;  // Default: 0 (unknown)
@@ -253,6 +260,10 @@ class TieredStore {
   // the blocks after it are not stored, those before it stay stored.
   Result<PutResult> Put(std::span<const BlockPut> blocks, const std::optional<BlockKey>& parent = std::nullopt);
 
+  // Lookup, Get and Pin take a run of one chain: from its first block, or from any stored
+  // block with `keys_name_prefix` (StoreOptions); the run ends at the first key that is not
+  // stored or is not the child of the key before it.
+  //
   // The stored prefix of `keys` and where each of its blocks is. Read-only, no I/O.
   LookupResult Lookup(std::span<const BlockKey> keys) const;
 

@@ -62,6 +62,24 @@ def test_shared_memory_round_trip(daemon):
         del shm, outs
 
 
+def test_a_run_starting_mid_chain_is_found_read_and_pinned(daemon):
+    # An engine holding a chain's first blocks asks only for the rest (the vLLM connector loads
+    # from the engine's own hit on): the daemon's keys name their prefix.
+    with kvtier.Client.connect_unix(daemon.socket_path, shared_memory_bytes=0) as client:
+        keys = keys_for(6, "mid")
+        assert client.put(keys, [pattern(i) for i in range(6)]).new_blocks == 6
+        [(prefix, load, _, sizes)] = client.lookup([keys[2:5]])
+        assert (prefix, load, sizes) == (3, 3, [BLOCK] * 3)
+        outs = [bytearray(BLOCK) for _ in range(4)]
+        assert client.get(keys[2:6], outs) == [BLOCK] * 4
+        assert [bytes(o) for o in outs] == [pattern(i) for i in range(2, 6)]
+        pin_id, pinned = client.pin(keys[3:6])
+        assert pinned == 3
+        client.unpin(pin_id)
+        # after its first key, a run must continue the chain
+        assert client.get([keys[2], keys[4]], outs[:2]) == [BLOCK]
+
+
 def test_tcp_round_trip_and_numpy(daemon):
     np = pytest.importorskip("numpy")
     with kvtier.Client.connect_tcp("127.0.0.1", daemon.tcp_port) as client:

@@ -76,6 +76,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Start(ServeConfig config) {
   impl->config = std::move(config);
   const ServeConfig& c = impl->config;
   StoreOptions store_options = c.store;
+  store_options.keys_name_prefix = true;  // clients' keys are engine block hashes, tenant-mapped
   if (c.persist != PersistChoice::kNone && c.store.head_layout) {
     return Status::InvalidArgument(
         "model.head_granular splits blocks across tiers, which persistence does not record yet; "

@@ -41,7 +41,7 @@ LookupResult TieredStore::Impl::LookupIndexedLocked(std::span<const BlockKey> ke
   std::optional<BlockKey> previous;
   for (const BlockKey& key : keys) {
     const std::optional<BlockInfo> info = index.Find(key);
-    if (!info || info->meta.tiers == 0 || info->parent != previous) break;
+    if (!info || info->meta.tiers == 0 || !ContinuesRun(*info, previous)) break;
     const int t = FastestTier(info->meta.tiers);
     result.tier.push_back(t);
     result.bytes.push_back(info->meta.size_bytes);
@@ -152,7 +152,7 @@ std::vector<TieredStore::Impl::PlannedRead> TieredStore::Impl::PlanReads(std::sp
   std::optional<BlockKey> previous;
   for (const BlockKey& key : keys) {
     const std::optional<BlockInfo> info = index.Find(key);
-    if (!info || info->meta.tiers == 0 || info->parent != previous) break;
+    if (!info || info->meta.tiers == 0 || !ContinuesRun(*info, previous)) break;
     PlannedRead& read = plan.emplace_back();
     read.tier = FastestTier(info->meta.tiers);
     read.bytes = info->meta.size_bytes;
@@ -220,7 +220,7 @@ Result<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadForGet(
     } else {
       std::shared_lock lock(mu_);
       const std::optional<BlockInfo> info = index.Find(key);
-      if (!info || info->meta.tiers == 0 || info->parent != previous) return miss;
+      if (!info || info->meta.tiers == 0 || !ContinuesRun(*info, previous)) return miss;
       where.tier = FastestTier(info->meta.tiers);
       where.bytes = info->meta.size_bytes;
       if (auto it = blocks.find(key); it != blocks.end()) {

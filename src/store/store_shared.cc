@@ -96,12 +96,12 @@ std::size_t TieredStore::Impl::IndexSharedBlocks(std::span<const BlockKey> keys,
   for (std::size_t i = 0; i < rest.size(); ++i) {
     if (!read[i].ok() || *read[i] != kBlockCardBytes) break;
     std::optional<BlockCard> card = DecodeBlockCard(buffers[i]);
-    // The card must be this key's, under the key before it in the chain.
+    // The card must be this key's, under the key before it in the run; a run's first key is
+    // a chain's first unless keys name their prefix, and then IndexCardsLocked needs its
+    // parent indexed here.
     const BlockKey* previous = from + i > 0 ? &keys[from + i - 1] : nullptr;
-    if (!card || card->key != rest[i] || card->parent.has_value() != (previous != nullptr) ||
-        (previous && *card->parent != *previous)) {
-      break;
-    }
+    if (!card || card->key != rest[i]) break;
+    if (previous ? card->parent != *previous : card->parent && !options.keys_name_prefix) break;
     cards.push_back(*card);
   }
   if (cards.empty()) return 0;

@@ -168,6 +168,19 @@ TEST_F(SharedPool, CardsThatDoNotContinueTheChainAreNotTrusted) {
   EXPECT_EQ(kChainData.Get(*b, 2, 4), 2u);
 }
 
+// An engine that holds a chain's first blocks asks for the rest alone: with keys that name
+// their prefix, a run starting mid-chain is found in the pool once its first block's parent is
+// indexed here.
+TEST_F(SharedPool, ARunStartingMidChainIsFoundUnderAParentIndexedHere) {
+  auto a = Node(), b = Node(64u << 20, true, StoreOptions{.keys_name_prefix = true});
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(kChainData.Put(*a, 4, 6).ok());
+  const std::vector<BlockKey> keys = kChainData.Keys(4, 6);
+  EXPECT_EQ(b->Lookup(std::span(keys).subspan(2)).prefix_blocks, 0u) << "block 1 is not indexed on B";
+  ASSERT_EQ(kChainData.Get(*b, 4, 2), 2u);
+  EXPECT_EQ(b->Lookup(std::span(keys).subspan(2)).prefix_blocks, 4u);
+}
+
 // One node puts while another reads the same chains from the pool: every read is a prefix of
 // the chain, byte-equal (the other node may be ahead or behind; never wrong).
 TEST_F(SharedPool, ReadsRacingAnotherNodesPutsAreNeverWrong) {

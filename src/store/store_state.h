@@ -173,6 +173,13 @@ struct TieredStore::Impl {
             .expected_order = expected.Soonest(key)};
   }
 
+  // Whether a block continues a run (store.h, Lookup): every key after the first must be the
+  // child of the key before it; the first must be a chain's first block unless keys name
+  // their prefix (StoreOptions::keys_name_prefix).
+  bool ContinuesRun(const BlockInfo& info, const std::optional<BlockKey>& previous) const {
+    return previous || !options.keys_name_prefix ? info.parent == previous : true;
+  }
+
   // --- Bookkeeping under `mu_` (store_state.cc) -----------------------------------------
   // Forgets a block's split: its lower part's bytes leave the lower tier's accounting, and
   // the part's (tier, key) is returned for the caller to evict once `mu_` is released.

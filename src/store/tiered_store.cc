@@ -165,7 +165,7 @@ Result<StorePin> TieredStore::Pin(std::span<const BlockKey> keys) {
   for (const BlockKey& key : keys) {
     const std::optional<BlockInfo> info = s.index.Find(key);
     auto it = s.blocks.find(key);
-    if (!info || it == s.blocks.end() || info->meta.tiers == 0 || info->parent != previous) break;
+    if (!info || it == s.blocks.end() || info->meta.tiers == 0 || !s.ContinuesRun(*info, previous)) break;
     ++it->second.pins;
     s.RefreshEvictableLocked(key);
     pinned.push_back(key);

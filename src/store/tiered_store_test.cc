@@ -116,6 +116,36 @@ TEST(TieredStore, ReportsItsMetadataLockAndLookupsNeverTakeItExclusively) {
   EXPECT_EQ(after_lookups.exclusive_hold_seconds, after_put.exclusive_hold_seconds);
 }
 
+// With keys_name_prefix, Lookup, Get and Pin take a run that may start mid-chain (an engine
+// holding the first blocks asks for the rest); after its first key, each must continue the run.
+// Without it a run must start at a chain's first block.
+TEST(TieredStore, ARunMayStartMidChainWhenKeysNameTheirPrefix) {
+  for (const bool named : {true, false}) {
+    SCOPED_TRACE(named ? "keys name their prefix" : "ids may repeat under another prefix");
+    auto store = TwoTierStore(8u << 20, 8u << 20, StoreOptions{.keys_name_prefix = named});
+    ASSERT_NE(store, nullptr);
+    PutChain(*store, 1, 6);
+    const std::vector<BlockKey> run = {Key(1, 2), Key(1, 3), Key(1, 4)};
+    const std::size_t expected = named ? 3 : 0;
+    EXPECT_EQ(store->Lookup(run).prefix_blocks, expected);
+    std::vector<std::vector<std::byte>> buffers(3, std::vector<std::byte>(kBlockBytes));
+    const std::vector<std::span<std::byte>> outs = {buffers[0], buffers[1], buffers[2]};
+    Result<std::size_t> read = store->Get(run, outs);
+    ASSERT_TRUE(read.ok()) << read.status().ToString();
+    ASSERT_EQ(*read, expected);
+    for (uint64_t i = 0; i < expected; ++i) EXPECT_EQ(buffers[i], Payload(1, i + 2)) << i;
+    Result<StorePin> pin = store->Pin(run);
+    ASSERT_TRUE(pin.ok());
+    EXPECT_EQ(store->GetStats().pinned_blocks, expected);
+    // Block 4 is not block 2's child: the run ends after block 2.
+    const std::vector<BlockKey> gap = {Key(1, 2), Key(1, 4)};
+    EXPECT_EQ(store->Lookup(gap).prefix_blocks, named ? 1u : 0u);
+    Result<std::size_t> gap_read = store->Get(gap, std::span(outs).first(2));
+    ASSERT_TRUE(gap_read.ok());
+    EXPECT_EQ(*gap_read, named ? 1u : 0u);
+  }
+}
+
 TEST(TieredStore, RejectsMalformedPuts) {
   auto store = TwoTierStore(1u << 20, 1u << 20);
   ASSERT_NE(store, nullptr);
