@@ -336,7 +336,9 @@ def ttft(a, tmp, env, socket, _=None) -> bool:
     with open(ev_path) as f:
         evs = [json.loads(l) for l in f]
     print("\nconnector time inside the engine (s): " + ", ".join(
-        f"{e['event']} {e['blocks']} blocks {e['seconds']}" for e in evs if e["event"] == "save"))
+        f"{e['event']} {e['blocks']} blocks {e['seconds']} (the step's part {e.get('step_seconds', e['seconds'])})"
+        for e in evs if e["event"] == "save"))
+    print("worker stats: " + json.dumps([e for e in evs if e["event"] == "worker_stats"]))
     print("loads (s): " + ", ".join(
         f"{e['blocks']} blocks: copy {e.get('copy_seconds')}, forward waited {e.get('forward_waited_seconds', '-')}"
         f"{' (async)' if e.get('asynchronous') else ''}" for e in evs if e["event"] == "load"))

@@ -409,7 +409,8 @@ class KvtierConnector(KVConnectorBase_V1):
             self.stats["skipped_blocks"] += job.skipped
             self.stats["failed_puts"] += job.failed_puts
             self._event(event="save", req_id=job.req_id, blocks=len(job.blocks), new=job.saved,
-                        refused=job.refused, skipped=job.skipped, seconds=round(job.seconds, 4))
+                        refused=job.refused, skipped=job.skipped, seconds=round(job.seconds, 4),
+                        step_seconds=round(job.step_seconds, 4))
         st = self._saver.stats_snapshot()
         self.stats["save_waits"], self.stats["save_wait_s"] = st["waits"], st["wait_s"]
 
@@ -467,12 +468,12 @@ class KvtierConnector(KVConnectorBase_V1):
                     [c.lookup([chain])[0] for c in self._shard_clients])
             except kvtier.KvtierError as e:
                 logger.warning("KvtierConnector: lookup failed (treated as a miss): %s", e)
-        # The server's cost model may find recomputing a block cheaper than loading it.
         if stored < len(chain) and self._landing_now(block_key(chain[stored])):
             # The next block is in a finished request's save that has not landed yet: ask
             # again next step rather than compute what is about to be stored.
             self.stats["deferred_lookups"] += 1
             return None, False
+        # The server's cost model may find recomputing a block cheaper than loading it.
         usable = min(stored, worth) if self._use_cost_model else stored
         ext, ext_tokens = matched_tokens(len(hashes), request.num_tokens, bs, local, usable)
         is_async = load_asynchronously(self._async_mode, tiers[local:local + ext], self._tier_kinds)

@@ -60,6 +60,7 @@ class SaveJob:
     broken: bool = False  # a chunk was refused or failed: the rest of the job is skipped
     submitted: float = 0.0  # perf_counter at submit
     seconds: float = 0.0  # submit to the last chunk's put
+    step_seconds: float = 0.0  # of it, in submit (the copies, and waits for room)
 
 
 @dataclass
@@ -122,6 +123,7 @@ class BlockSaver:
             with self._cv:
                 self._queue.append(_Chunk(job, lo, hi, first))
                 self._queued += 1
+                job.step_seconds = time.perf_counter() - job.submitted
                 self._cv.notify_all()
 
     def pending(self, req_id: str) -> bool:
