@@ -21,6 +21,10 @@ Written against vLLM 0.32.0 (KVConnectorBase_V1; tools/vllm/README.md). Design: 
   thread puts them with its own client and segment. A request that saved returns True from
   request_finished and is reported finished_sending once its puts landed, so the scheduler
   never looks up a chain whose blocks are still on their way (it defers that request).
+
+Threads: the scheduler role runs on vLLM's engine-core thread only. The worker role runs on
+vLLM's worker thread, plus the loader's and the saver's threads, each with its own client and
+segment; they share only what BlockLoader and BlockSaver guard (their headers say how).
 """
 
 from __future__ import annotations
