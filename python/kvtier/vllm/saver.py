@@ -109,8 +109,8 @@ class BlockSaver:
             job.chunks_left = len(ranges)
             self._open[job.req_id] += 1
         for i, (lo, hi) in enumerate(ranges):
-            first = self._reserve(hi - lo)
             try:
+                first = self._reserve(hi - lo)
                 pack([b for b, _ in job.blocks[lo:hi]], first)
             except BaseException:
                 with self._cv:  # the chunks queued before it are put; the rest never exist
