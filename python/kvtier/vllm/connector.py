@@ -476,6 +476,7 @@ class KvtierConnector(KVConnectorBase_V1):
             # The next block is in a finished request's save that has not landed yet: ask
             # again next step rather than compute what is about to be stored.
             self.stats["deferred_lookups"] += 1
+            self._event(event="lookup_deferred", req_id=request.request_id, stored_blocks=stored)
             return None, False
         # The server's cost model may find recomputing a block cheaper than loading it.
         usable = min(stored, worth) if self._use_cost_model else stored
