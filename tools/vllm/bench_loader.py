@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark of the vLLM connector's load path outside vLLM (docs/vllm.md "Worker side").
+"""Benchmark of the vLLM connector's load and save paths outside vLLM (docs/vllm.md "Worker side").
 
     /work/venv-vllm/bin/python tools/vllm/bench_loader.py [--blocks 127] [--layers 8] [--page-kib 256]
 
@@ -9,7 +9,10 @@ The blocks are loaded into per-layer KV tensors the way KvtierConnector does it:
 the shared segment, then one copy per run of consecutive block ids and layer. Baseline, in
 the same run: one torch copy of the same bytes (memcpy). Prints seconds, GB/s and the ratio
 to the baseline, best of --repeat, for: get alone, unpack alone, both on the calling thread,
-and both on the loader thread (layer-pipelined and not).
+and both on the loader thread (layer-pipelined and not). Then the save path: the step's cost
+of saving the same blocks (packed from the KV tensors) with the put on the calling thread (the
+connector before the saver) and with kvtier.vllm.saver.BlockSaver (the copy into its staging;
+the put lands later), and the saver's submit-to-landed time. Every save puts new keys.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ def main() -> int:
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--page-kib", type=int, default=256)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--save-blocks", type=int, default=32, help="blocks per save (32: one 4096-token chunk)")
     p.add_argument("--scattered", action="store_true", help="every other block id (no runs to merge)")
     a = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="kvtier-bench-loader-")
@@ -42,6 +46,7 @@ def main() -> int:
     import kvtier
     from kvtier.vllm.layout import contiguous_runs
     from kvtier.vllm.loader import BlockLoader, LoadJob
+    from kvtier.vllm.saver import BlockSaver, SaveJob
 
     n, layers, page = a.blocks, a.layers, a.page_kib << 10
     bb = layers * page
@@ -97,6 +102,51 @@ def main() -> int:
             loader.close()
         for lay in range(layers):  # what the KV tensors hold is what was put
             assert torch.equal(caches[lay][ids], expected[:, lay * page:(lay + 1) * page])
+
+        # Saves: the pages just loaded go back under new keys each time.
+        save_client = kvtier.Client.connect_unix(daemon.socket_path, shared_memory_bytes=n * bb)
+        sshm = save_client.shared_memory
+        stage = torch.frombuffer(sshm, dtype=torch.uint8)
+        rounds = iter(range(1, 1000))
+
+        def pack(block_ids, first):
+            dst = stage[first * bb:(first + len(block_ids)) * bb].view(len(block_ids), bb)
+            runs = contiguous_runs(block_ids)
+            for lay in range(layers):
+                for i, b, k in runs:
+                    dst[i:i + k, lay * page:(lay + 1) * page].copy_(caches[lay][b:b + k])
+
+        def put(parent, ks, first):
+            r = save_client.put(ks, [sshm[(first + j) * bb:(first + j + 1) * bb] for j in range(len(ks))],
+                                parent=parent, tokens=16)
+            return r.new_blocks, r.refused_blocks
+
+        sn, sids = a.save_blocks, ids[:a.save_blocks]
+
+        def new_keys():
+            base = next(rounds) * 1_000_000
+            return kvtier.chain_keys(list(range(base, base + sn * 16)), 16, "sha256_cbor")
+
+        def save_inline():
+            ks = new_keys()
+            pack(sids, 0)
+            assert put(None, ks, 0) == (sn, 0)
+
+        results["save, calling thread: pack + put (before)"] = best(save_inline)
+        saver = BlockSaver(put, n, max_chunk_slots=sn)
+        step, landed = [], []
+        for _ in range(a.repeat):
+            job = SaveJob("r", None, list(zip(sids, new_keys())))
+            t0 = time.perf_counter()
+            saver.submit(job, pack)
+            step.append(time.perf_counter() - t0)
+            assert saver.flush(60)
+            landed.append(time.perf_counter() - t0)
+        results["save, the step's part with the saver: pack into staging"] = min(step)
+        results["save with the saver, submit to landed"] = min(landed)
+        saver.close()
+        assert saver.stats_snapshot()["saved_blocks"] == sn * a.repeat
+        save_client.close()
         client.close()
     mib = n * bb / 2**20
     base = results["memcpy (baseline)"]
@@ -104,7 +154,10 @@ def main() -> int:
           f"{'scattered' if a.scattered else 'consecutive'}; best of {a.repeat}")
     print("| path | seconds | GB/s | vs memcpy |\n|---|---|---|---|")
     for name, sec in results.items():
-        print(f"| {name} | {sec:.4f} | {n * bb / sec / 1e9:.2f} | {base / sec:.2f} |")
+        size = (a.save_blocks if name.startswith("save") else n) * bb
+        sec_base = base * size / (n * bb)
+        print(f"| {name}{f' ({a.save_blocks} blocks)' if name.startswith('save') else ''} | {sec:.4f} | "
+              f"{size / sec / 1e9:.2f} | {sec_base / sec:.2f} |")
     os.system(f"rm -rf {tmp}")
     return 0
 

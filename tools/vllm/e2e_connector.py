@@ -311,11 +311,17 @@ def ttft(a, tmp, env, socket, _=None) -> bool:
     base = {"arch": a.arch, "model": model_args(a), "model_dir": model_dir, "socket": socket,
             "max_model_len": a.max_model_len, "extra": connector_extra(a)}
     ev_path = os.path.join(tmp, "T-events.jsonl")
-    res = spawn({**base, "name": "T", "events_path": ev_path, "jobs": jobs}, env, os.path.join(tmp, "T.log"))
     base_res = []
-    if a.baseline:
+
+    def run_baseline():
         bjobs = [j for j in jobs if j["tag"] != "hit"]
-        base_res = spawn({**base, "name": "N", "connector": False, "jobs": bjobs}, env, os.path.join(tmp, "N.log"))
+        return spawn({**base, "name": "N", "connector": False, "jobs": bjobs}, env, os.path.join(tmp, "N.log"))
+
+    if a.baseline and a.baseline_first:  # alternate the order on a shared machine whose load drifts
+        base_res = run_baseline()
+    res = spawn({**base, "name": "T", "events_path": ev_path, "jobs": jobs}, env, os.path.join(tmp, "T.log"))
+    if a.baseline and not a.baseline_first:
+        base_res = run_baseline()
     for r in res + base_res:
         print("RESULT " + json.dumps(r))
     print(f"\nTTFT (s, generate with max_tokens=1), {a.layers} layers, hidden {a.hidden}, "
@@ -336,7 +342,9 @@ def ttft(a, tmp, env, socket, _=None) -> bool:
     with open(ev_path) as f:
         evs = [json.loads(l) for l in f]
     print("\nconnector time inside the engine (s): " + ", ".join(
-        f"{e['event']} {e['blocks']} blocks {e['seconds']}" for e in evs if e["event"] == "save"))
+        f"{e['event']} {e['blocks']} blocks {e['seconds']} (the step's part {e.get('step_seconds', e['seconds'])})"
+        for e in evs if e["event"] == "save"))
+    print("worker stats: " + json.dumps([e for e in evs if e["event"] == "worker_stats"]))
     print("loads (s): " + ", ".join(
         f"{e['blocks']} blocks: copy {e.get('copy_seconds')}, forward waited {e.get('forward_waited_seconds', '-')}"
         f"{' (async)' if e.get('asynchronous') else ''}" for e in evs if e["event"] == "load"))
@@ -362,6 +370,7 @@ def main() -> int:
     p.add_argument("--lens", default="2048,4096,8192")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--baseline", action="store_true", help="ttft: also an engine without the connector")
+    p.add_argument("--baseline-first", action="store_true", help="ttft: run that engine before the connector's")
     p.add_argument("--tiers", choices=["dram", "disk", "shared"], default="dram",
                    help="the daemon's tiers: DRAM over disk, disk only (blocks load asynchronously), or two "
                         "daemons over one shared Redis pool (engine B on the other daemon)")

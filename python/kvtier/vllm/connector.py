@@ -16,7 +16,15 @@ Written against vLLM 0.32.0 (KVConnectorBase_V1; tools/vllm/README.md). Design: 
   wait_for_layer_load(layer) waits only for that layer. Blocks in a slow tier (NVMe, remote,
   parallel filesystem; extra config "async_load") load asynchronously: the scheduler returns
   (n, True), vLLM parks the request, and get_finished reports it once its blocks are in.
-- Saves happen in wait_for_save, after the forward that completed the blocks.
+- Saves leave the step (kvtier.vllm.saver): wait_for_save, after the forward that completed
+  the blocks, copies their pages into the saver's staging segment and returns; the saver
+  thread puts them with its own client and segment. A request that saved returns True from
+  request_finished and is reported finished_sending once its puts landed, so the scheduler
+  never looks up a chain whose blocks are still on their way (it defers that request).
+
+Threads: the scheduler role runs on vLLM's engine-core thread only. The worker role runs on
+vLLM's worker thread, plus the loader's and the saver's threads, each with its own client and
+segment; they share only what BlockLoader and BlockSaver guard (their headers say how).
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from vllm.logger import init_logger
 import kvtier
 from kvtier.vllm.layout import (
     RequestPlan,
-    batch_ranges,
+    block_key,
     combine_shard_lookups,
     contiguous_runs,
     hit_sources,
@@ -52,12 +60,16 @@ from kvtier.vllm.layout import (
     shard_tenants,
 )
 from kvtier.vllm.loader import BlockLoader, LoadJob
+from kvtier.vllm.saver import BlockSaver, SaveJob
 
 logger = init_logger(__name__)
 
 _SCHEDULER_SHM_BYTES = 1 << 20  # the scheduler only looks up
 _DEFAULT_SHM_BYTES = 256 << 20
 _DEFAULT_LOAD_BUFFER_BYTES = 512 << 20  # a step that fits is layer-pipelined (16k tokens of Llama-8B: 2 GiB)
+# A lookup waits (returns None) for a finished request's puts at most this long after it
+# finished; past it, a worker that never reports does not hold other requests forever.
+_LANDING_WAIT_S = 10.0
 
 
 @dataclass
@@ -143,8 +155,9 @@ class KvtierConnector(KVConnectorBase_V1):
         self._pipeline_layers = bool(extra.get("pipeline_layers", True))
         self._load_buffer_bytes = int(extra.get("load_buffer_bytes", _DEFAULT_LOAD_BUFFER_BYTES))
         shm_bytes = int(extra.get("shared_memory_bytes", _DEFAULT_SHM_BYTES))
-        if role == KVConnectorRole.SCHEDULER:
-            shm_bytes = _SCHEDULER_SHM_BYTES
+        self._save_buffer_bytes = shm_bytes  # the saver's staging segment
+        if role == KVConnectorRole.SCHEDULER or not self._saves:
+            shm_bytes = _SCHEDULER_SHM_BYTES  # the scheduler looks up; the worker's client only connects
         self._socket_path = socket_path
         self._auth_token = str(extra.get("auth_token", ""))
         self._client = kvtier.Client.connect_unix(
@@ -167,22 +180,31 @@ class KvtierConnector(KVConnectorBase_V1):
         # Waiting requests the server was told about (Client.expect: the predictive policy keeps
         # their blocks), withdrawn once their loads are in a step: req_id -> [(client, expect id)]
         self._expected: dict[str, list] = {}
+        # Saves: keys sent to the worker per running request; once it finished, its keys until
+        # the worker reports them landed (finished_sending): req_id -> (keys, finished at)
+        self._saving: dict[str, set] = {}
+        self._landing: dict[str, tuple] = {}
         # worker side
         self._layers: list = []  # (name, uint8 [num_blocks, page_bytes] view, page_bytes, offset)
         self._layer_index: dict = {}
         self._block_bytes = 0
-        self._shm = None
-        self._shm_t = None
         self._load_client = None  # the loader thread's own connection and segment
         self._load_shm = None
         self._load_shm_t = None
         self._loader: Optional[BlockLoader] = None
+        self._save_client = None  # the saver thread's own connection and staging segment
+        self._save_shm = None
+        self._save_shm_t = None
+        self._saver: Optional[BlockSaver] = None
+        self._save_reqs: set = set()  # requests with saves in a step's metadata, until reported
+        self._finishing: set = set()  # of them, finished in vLLM, reported once their puts landed
         self._sync_jobs: list = []  # this step's, until the forward is done with them
         self._stall_s = 0.0  # how long this step's forward waited for its loads
         self._load_started: dict = {}  # req_id -> perf_counter at submit
         self._load_errors: set = set()
-        self.stats = {"lookups": 0, "hit_tokens": 0, "async_loads": 0, "loaded_blocks": 0, "saved_blocks": 0,
-                      "load_failed_blocks": 0, "refused_blocks": 0, "load_wait_s": 0.0, "save_s": 0.0}
+        self.stats = {"lookups": 0, "deferred_lookups": 0, "hit_tokens": 0, "async_loads": 0, "loaded_blocks": 0,
+                      "saved_blocks": 0, "load_failed_blocks": 0, "refused_blocks": 0, "skipped_blocks": 0,
+                      "failed_puts": 0, "load_wait_s": 0.0, "save_s": 0.0, "save_waits": 0, "save_wait_s": 0.0}
 
     # ------------------------------------------------------------------ helpers
     def _event(self, **rec) -> None:
@@ -217,12 +239,12 @@ class KvtierConnector(KVConnectorBase_V1):
             offset += geo.page_bytes
         self._layers = layers
         self._block_bytes = offset
-        self._shm = self._client.shared_memory
-        self._shm_t = torch.frombuffer(self._shm, dtype=torch.uint8)
         self._layer_index = {name: i for i, (name, _, _, _) in enumerate(layers)}
         self._start_loader()
-        logger.info("KvtierConnector: %d layers, %d bytes per kvtier block, %d-byte segment, %d-byte load buffer",
-                    len(layers), offset, len(self._shm), self._load_buffer_bytes)
+        if self._saves:
+            self._start_saver()
+        logger.info("KvtierConnector: %d layers, %d bytes per kvtier block, %d-byte save staging, %d-byte load buffer",
+                    len(layers), offset, len(self._save_shm) if self._save_shm else 0, self._load_buffer_bytes)
         self._event(event="register", layers=len(layers), block_bytes=offset, tp_rank=self._tp_rank,
                     shape=list(next(iter(kv_caches.values())).shape) if kv_caches else None)
 
@@ -237,6 +259,32 @@ class KvtierConnector(KVConnectorBase_V1):
         self._load_shm = self._load_client.shared_memory
         self._load_shm_t = torch.frombuffer(self._load_shm, dtype=torch.uint8)
         self._loader = BlockLoader(self._fetch, self._unpack, len(self._layers), slots, self._pipeline_layers)
+
+    def _start_saver(self) -> None:
+        slots = self._save_buffer_bytes // self._block_bytes
+        if slots < 1:
+            raise ValueError(f"KvtierConnector: shared_memory_bytes {self._save_buffer_bytes} holds no "
+                             f"{self._block_bytes}-byte block; raise it")
+        self._save_client = kvtier.Client.connect_unix(
+            self._socket_path, tenant=self._tenant, auth_token=self._auth_token,
+            shared_memory_bytes=slots * self._block_bytes)
+        self._save_shm = self._save_client.shared_memory
+        self._save_shm_t = torch.frombuffer(self._save_shm, dtype=torch.uint8)
+        self._saver = BlockSaver(self._put, slots)
+
+    def _staging(self, first_slot: int, count: int) -> torch.Tensor:
+        bb = self._block_bytes
+        return self._save_shm_t[first_slot * bb:(first_slot + count) * bb].view(count, bb)
+
+    # The saver's callbacks (kvtier.vllm.saver.Pack on vLLM's thread, Put on the saver thread).
+    def _stage(self, block_ids, first_slot: int) -> None:
+        self._pack(block_ids, self._staging(first_slot, len(block_ids)))
+
+    def _put(self, parent, keys, first_slot: int) -> tuple:
+        bb, shm = self._block_bytes, self._save_shm
+        r = self._save_client.put(keys, [shm[(first_slot + j) * bb:(first_slot + j + 1) * bb]
+                                         for j in range(len(keys))], parent=parent, tokens=self._block_size)
+        return r.new_blocks, r.refused_blocks
 
     def _pack(self, block_ids, dst: torch.Tensor) -> None:
         """dst [n, block_bytes] <- the pages of blocks block_ids, layer after layer."""
@@ -332,52 +380,59 @@ class KvtierConnector(KVConnectorBase_V1):
         return  # the pages are copied from the registered tensors in wait_for_save
 
     def wait_for_save(self):
+        """Copies the pages of the blocks this step completed into the saver's staging and
+        queues their puts; returns once copied (or, when the staging is full, once a queued put
+        freed room: back-pressure, counted in save_waits)."""
         self._finish_sync_loads()  # the forward has run; the pages saved below may be among them
-        if not self._saves or not self.has_connector_metadata():
+        self._account_saves()
+        if not self.has_connector_metadata():
             return
         meta = self._get_connector_metadata()
-        if not meta.saves:
+        # Every rank reports finished_sending for the requests that saved (the scheduler returns
+        # True from request_finished for them), the ranks that do not save at once.
+        self._save_reqs.update(req_id for req_id, _, _ in meta.saves)
+        if not self._saves or not meta.saves or self._saver is None:
             return
         t0 = time.perf_counter()
-        bb = self._block_bytes
         for req_id, parent, blocks in meta.saves:
-            saved = refused = 0
-            for lo, hi in batch_ranges(len(blocks), bb, len(self._shm)):
-                part = blocks[lo:hi]
-                n = len(part)
-                keys = [k for _, k in part]
-                dst = self._shm_t[:n * bb].view(n, bb)
-                self._pack([b for b, _ in part], dst)
-                if self._dump_dir:
-                    self._dump("save", keys, dst)
-                try:
-                    r = self._client.put(keys, [self._shm[j * bb:(j + 1) * bb] for j in range(n)],
-                                         parent=parent, tokens=self._block_size)
-                    saved += r.new_blocks
-                    refused += r.refused_blocks
-                except kvtier.KvtierError as e:
-                    logger.warning("KvtierConnector: put for %s failed: %s", req_id, e)
-                    refused += n
-                    break
-                if r.refused_blocks:
-                    break  # the chain is broken: later blocks would have no parent
-                parent = keys[-1]
-            self.stats["saved_blocks"] += saved
-            self.stats["refused_blocks"] += refused
-            self._event(event="save", req_id=req_id, blocks=len(blocks), new=saved, refused=refused,
-                        seconds=round(time.perf_counter() - t0, 4))
+            job = SaveJob(req_id, parent, list(blocks))
+            self._saver.submit(job, self._stage)
+            if self._dump_dir:
+                back = torch.empty((len(blocks), self._block_bytes), dtype=torch.uint8)
+                self._pack([b for b, _ in blocks], back)
+                self._dump("save", [k for _, k in blocks], back)
         self.stats["save_s"] += time.perf_counter() - t0
 
+    def _account_saves(self) -> None:
+        """Counts and logs the saves the saver finished since the last call (vLLM's thread)."""
+        if self._saver is None:
+            return
+        for job in self._saver.take_finished():
+            self.stats["saved_blocks"] += job.saved
+            self.stats["refused_blocks"] += job.refused
+            self.stats["skipped_blocks"] += job.skipped
+            self.stats["failed_puts"] += job.failed_puts
+            self._event(event="save", req_id=job.req_id, blocks=len(job.blocks), new=job.saved,
+                        refused=job.refused, skipped=job.skipped, seconds=round(job.seconds, 4),
+                        step_seconds=round(job.step_seconds, 4))
+        st = self._saver.stats_snapshot()
+        self.stats["save_waits"], self.stats["save_wait_s"] = st["waits"], st["wait_s"]
+
     def get_finished(self, finished_req_ids: set[str]):
+        self._account_saves()
+        self._finishing.update(r for r in finished_req_ids if r in self._save_reqs)
+        sent = {r for r in self._finishing if self._saver is None or not self._saver.pending(r)}
+        self._finishing -= sent
+        self._save_reqs -= sent
         if self._loader is None:
-            return None, None
+            return (sent or None), None
         done = set()
         now = time.perf_counter()
         for job in self._loader.take_finished():
             self.stats["async_loads"] += 1
             self._loaded(job, now - self._load_started.pop(job.req_id, now))
             done.add(job.req_id)
-        return None, (done or None)
+        return (sent or None), (done or None)
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         self._finish_sync_loads()
@@ -388,12 +443,15 @@ class KvtierConnector(KVConnectorBase_V1):
         if self._loader is not None:
             self._loader.close()
             self._loader = None
+        if self._saver is not None:
+            self._saver.close()  # flushes the queued puts (docs/vllm.md "Saves")
+            self._account_saves()
+            self._saver = None
         if self._role == KVConnectorRole.WORKER:
             self._event(event="worker_stats", **{k: (round(v, 4) if isinstance(v, float) else v)
                                                   for k, v in self.stats.items()})
-        self._shm_t = self._load_shm_t = self._load_shm = None
-        self._shm = None
-        for client in self._shard_clients + [self._load_client]:
+        self._load_shm_t = self._load_shm = self._save_shm_t = self._save_shm = None
+        for client in self._shard_clients + [self._load_client, self._save_client]:
             try:
                 if client is not None:
                     client.close()
@@ -414,6 +472,12 @@ class KvtierConnector(KVConnectorBase_V1):
                     [c.lookup([chain])[0] for c in self._shard_clients])
             except kvtier.KvtierError as e:
                 logger.warning("KvtierConnector: lookup failed (treated as a miss): %s", e)
+        if stored < len(chain) and self._landing_now(block_key(chain[stored])):
+            # The next block is in a finished request's save that has not landed yet: ask
+            # again next step rather than compute what is about to be stored.
+            self.stats["deferred_lookups"] += 1
+            self._event(event="lookup_deferred", req_id=request.request_id, stored_blocks=stored)
+            return None, False
         # The server's cost model may find recomputing a block cheaper than loading it.
         usable = min(stored, worth) if self._use_cost_model else stored
         ext, ext_tokens = matched_tokens(len(hashes), request.num_tokens, bs, local, usable)
@@ -438,6 +502,14 @@ class KvtierConnector(KVConnectorBase_V1):
                     num_hashes=len(hashes), local_tokens=num_computed_tokens, stored_blocks=stored,
                     worth_loading=worth, matched_tokens=ext_tokens, asynchronous=is_async)
         return ext_tokens, is_async
+
+    def _landing_now(self, key: bytes) -> bool:
+        now = time.monotonic()
+        return any(key in keys and now - t < _LANDING_WAIT_S for keys, t in self._landing.values())
+
+    def update_connector_output(self, connector_output) -> None:
+        for req_id in connector_output.finished_sending or ():
+            self._landing.pop(req_id, None)
 
     def _expect(self, req_id: str, chain) -> None:
         """Tells the server that a waiting request will read `chain` (vLLM's waiting queue is
@@ -491,6 +563,7 @@ class KvtierConnector(KVConnectorBase_V1):
             parent, saves = plan.take_save(req.block_hashes, after)
             if saves:
                 meta.saves.append((req_id, parent, saves))
+                self._saving.setdefault(req_id, set()).update(k for _, k in saves)
 
         # Requests vLLM parked in WAITING_FOR_REMOTE_KVS: they are not scheduled this step.
         for req_id in sorted(self._async_to_start):
@@ -523,4 +596,11 @@ class KvtierConnector(KVConnectorBase_V1):
         self._async_to_start.discard(request.request_id)
         self._plans.pop(request.request_id, None)
         self._requests.pop(request.request_id, None)
-        return False, None
+        keys = self._saving.pop(request.request_id, None)
+        if keys is None:
+            return False, None
+        # Its pages are already copied into the worker's staging, so vLLM may reuse its blocks;
+        # delaying the free is how the worker tells this side (finished_sending) that the puts
+        # landed, so a lookup of the same chain waits for them instead of missing.
+        self._landing[request.request_id] = (keys, time.monotonic())
+        return True, None
