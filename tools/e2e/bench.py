@@ -275,14 +275,19 @@ def cache_system(system: str, tmp: str, a: argparse.Namespace, log_path: str):
         raise SystemExit(f"unknown system {system}")
     finally:
         if proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_process_group(proc)
         log.close()
+
+
+def stop_process_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the process group a cache process leads, SIGKILL after 20 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 # ------------------------------------------------------------------ orchestration

@@ -41,7 +41,6 @@ import ctypes
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -377,13 +376,7 @@ def spawn(argv: list, log, env_add: dict):
     try:
         yield proc
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        bench.stop_process_group(proc)
 
 
 def wait_http(port: int, timeout: float = 60) -> None:
