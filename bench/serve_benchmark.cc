@@ -454,14 +454,15 @@ Result<ServiceResult> RunService(const ServeBenchmarkOptions& o, int clients, bo
   LockProfile lock_before;
   if (daemon != nullptr) {
     KVTIER_ASSIGN_OR_RETURN(cpu_before, daemon->CpuSeconds());
-    KVTIER_ASSIGN_OR_RETURN(lock_before, daemon->MetadataLock());
+    KVTIER_ASSIGN_OR_RETURN(const MetricsSample metrics, daemon->Metrics("put"));
+    lock_before = metrics.lock;
   }
   r.phase = RunPhase(drivers, o, mix, nonce, "service");
   if (daemon != nullptr) {
     KVTIER_ASSIGN_OR_RETURN(const double cpu_after, daemon->CpuSeconds());
-    KVTIER_ASSIGN_OR_RETURN(const LockProfile lock_after, daemon->MetadataLock());
+    KVTIER_ASSIGN_OR_RETURN(const MetricsSample metrics_after, daemon->Metrics("put"));
     r.cpu_seconds = cpu_after - cpu_before;
-    r.lock.emplace(lock_before, lock_after);
+    r.lock.emplace(lock_before, metrics_after.lock);
   }
   drivers.clear();  // disconnect before the daemon stops
   if (daemon != nullptr) KVTIER_RETURN_IF_ERROR(daemon->Stop().WithContext("stopping the service"));

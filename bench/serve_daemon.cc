@@ -173,7 +173,7 @@ Result<double> ServeDaemon::CpuSeconds() const {
   return static_cast<double>(ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
-Result<std::string> ServeDaemon::MetricsText() const {
+Result<MetricsSample> ServeDaemon::Metrics(const std::string& op) const {
   httplib::Client client("127.0.0.1", metrics_port_);
   client.set_connection_timeout(5);
   client.set_read_timeout(5);
@@ -182,33 +182,27 @@ Result<std::string> ServeDaemon::MetricsText() const {
     return Status::Unavailable("kvtier serve's /metrics on port " + std::to_string(metrics_port_) + " did not answer: " +
                                (got ? "HTTP " + std::to_string(got->status) : httplib::to_string(got.error())));
   }
-  return got->body;
-}
-
-Result<RequestTimeSample> ServeDaemon::RequestTime(const std::string& op) const {
-  KVTIER_ASSIGN_OR_RETURN(const std::string text, MetricsText());
-  const std::string labels = "{op=\"" + op + "\"}";
-  KVTIER_ASSIGN_OR_RETURN(const double sum, MetricSample(text, "kvtier_request_duration_seconds_sum" + labels));
-  KVTIER_ASSIGN_OR_RETURN(const double count, MetricSample(text, "kvtier_request_duration_seconds_count" + labels));
-  return RequestTimeSample{.sum_seconds = sum, .count = static_cast<uint64_t>(count)};
-}
-
-Result<LockProfile> ServeDaemon::MetadataLock() const {
-  KVTIER_ASSIGN_OR_RETURN(const std::string text, MetricsText());
-  LockProfile p;
-  KVTIER_ASSIGN_OR_RETURN(p.exclusive_hold_seconds, MetricSample(text, "kvtier_metadata_lock_hold_seconds_total"));
-  KVTIER_ASSIGN_OR_RETURN(const double acquisitions, MetricSample(text, "kvtier_metadata_lock_acquisitions_total"));
-  KVTIER_ASSIGN_OR_RETURN(const double exclusive_waits,
-                          MetricSample(text, "kvtier_metadata_lock_waits_total{mode=\"exclusive\"}"));
-  KVTIER_ASSIGN_OR_RETURN(const double shared_waits, MetricSample(text, "kvtier_metadata_lock_waits_total{mode=\"shared\"}"));
-  KVTIER_ASSIGN_OR_RETURN(p.exclusive_wait_seconds,
-                          MetricSample(text, "kvtier_metadata_lock_wait_seconds_total{mode=\"exclusive\"}"));
-  KVTIER_ASSIGN_OR_RETURN(p.shared_wait_seconds,
-                          MetricSample(text, "kvtier_metadata_lock_wait_seconds_total{mode=\"shared\"}"));
-  p.exclusive_acquisitions = static_cast<uint64_t>(acquisitions);
-  p.exclusive_waits = static_cast<uint64_t>(exclusive_waits);
-  p.shared_waits = static_cast<uint64_t>(shared_waits);
-  return p;
+  const std::string& text = got->body;
+  const std::string op_labels = "{op=\"" + op + "\"}";
+  MetricsSample m;
+  double count = 0, acquisitions = 0, exclusive_waits = 0, shared_waits = 0;
+  const std::pair<std::string, double*> samples[] = {
+      {"kvtier_request_duration_seconds_sum" + op_labels, &m.request.sum_seconds},
+      {"kvtier_request_duration_seconds_count" + op_labels, &count},
+      {"kvtier_metadata_lock_hold_seconds_total", &m.lock.exclusive_hold_seconds},
+      {"kvtier_metadata_lock_acquisitions_total", &acquisitions},
+      {"kvtier_metadata_lock_waits_total{mode=\"exclusive\"}", &exclusive_waits},
+      {"kvtier_metadata_lock_waits_total{mode=\"shared\"}", &shared_waits},
+      {"kvtier_metadata_lock_wait_seconds_total{mode=\"exclusive\"}", &m.lock.exclusive_wait_seconds},
+      {"kvtier_metadata_lock_wait_seconds_total{mode=\"shared\"}", &m.lock.shared_wait_seconds}};
+  for (const auto& [name, value] : samples) {
+    KVTIER_ASSIGN_OR_RETURN(*value, MetricSample(text, name));
+  }
+  m.request.count = static_cast<uint64_t>(count);
+  m.lock.exclusive_acquisitions = static_cast<uint64_t>(acquisitions);
+  m.lock.exclusive_waits = static_cast<uint64_t>(exclusive_waits);
+  m.lock.shared_waits = static_cast<uint64_t>(shared_waits);
+  return m;
 }
 
 }  // namespace kvtier::bench

@@ -39,6 +39,13 @@ struct RequestTimeSample {
   uint64_t count = 0;
 };
 
+// What one read of the daemon's /metrics says so far: one op's request time and the store's
+// metadata lock profile (kvtier_metadata_lock_*).
+struct MetricsSample {
+  RequestTimeSample request;
+  LockProfile lock;
+};
+
 class ServeDaemon {
  public:
   // Writes the configuration into a fresh TempDir (removed when the daemon goes), spawns the daemon and waits (up to 60 s) for its listening line.
@@ -54,10 +61,9 @@ class ServeDaemon {
 
   // Its user + system CPU time so far, in seconds.
   Result<double> CpuSeconds() const;
-  // Totals of kvtier_request_duration_seconds for `op` ("lookup", "put", "get") from /metrics.
-  Result<RequestTimeSample> RequestTime(const std::string& op) const;
-  // The store's metadata lock profile so far, from /metrics (kvtier_metadata_lock_*).
-  Result<LockProfile> MetadataLock() const;
+  // One read of /metrics: the totals of kvtier_request_duration_seconds for `op` ("lookup",
+  // "put", "get") and the metadata lock's profile.
+  Result<MetricsSample> Metrics(const std::string& op) const;
 
   pid_t pid() const { return pid_; }
   const std::string& socket_path() const { return socket_; }
@@ -67,7 +73,6 @@ class ServeDaemon {
  private:
   ServeDaemon() = default;
   Status WaitUntilListening();
-  Result<std::string> MetricsText() const;
   std::string LastLogLine() const;
 
   std::optional<TempDir> dir_;

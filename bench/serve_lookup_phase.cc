@@ -74,25 +74,22 @@ double Mean(const std::vector<float>& values) {
 Result<nlohmann::json> MeasureClients(const ServeDaemon& daemon, const LookupPhaseOptions& o, int cores, int clients,
                                       const std::vector<std::vector<BlockKey>>& chains) {
   std::optional<Result<double>> cpu_before;
-  std::optional<Result<RequestTimeSample>> time_before;
-  std::optional<Result<LockProfile>> lock_before;
+  std::optional<Result<MetricsSample>> metrics_before;
   LookupLoadOptions load{.port = daemon.tcp_port(), .unix_socket = o.tcp ? "" : daemon.socket_path(),
                          .clients = clients, .threads = o.threads, .seconds = o.seconds,
                          .seed = o.seed * 131 + static_cast<uint64_t>(clients)};
   load.at_window_start = [&] {
     cpu_before.emplace(daemon.CpuSeconds());
-    time_before.emplace(daemon.RequestTime("lookup"));
-    lock_before.emplace(daemon.MetadataLock());
+    metrics_before.emplace(daemon.Metrics("lookup"));
   };
   KVTIER_ASSIGN_OR_RETURN(LookupLoadResult r, RunLookupLoad(load, chains));
   KVTIER_ASSIGN_OR_RETURN(const double cpu_after, daemon.CpuSeconds());
-  KVTIER_ASSIGN_OR_RETURN(const RequestTimeSample time_after, daemon.RequestTime("lookup"));
-  KVTIER_ASSIGN_OR_RETURN(const LockProfile lock_after, daemon.MetadataLock());
+  KVTIER_ASSIGN_OR_RETURN(const MetricsSample after, daemon.Metrics("lookup"));
   KVTIER_RETURN_IF_ERROR(cpu_before->status());
-  KVTIER_RETURN_IF_ERROR(time_before->status());
-  KVTIER_RETURN_IF_ERROR(lock_before->status());
-  const uint64_t served = time_after.count - (*time_before)->count;
-  const double server_s = time_after.sum_seconds - (*time_before)->sum_seconds;
+  KVTIER_RETURN_IF_ERROR(metrics_before->status());
+  const MetricsSample& before = **metrics_before;
+  const uint64_t served = after.request.count - before.request.count;
+  const double server_s = after.request.sum_seconds - before.request.sum_seconds;
   nlohmann::json j = {
       {"cores", cores},
       {"clients", clients},
@@ -106,7 +103,7 @@ Result<nlohmann::json> MeasureClients(const ServeDaemon& daemon, const LookupPha
       {"misses", r.misses},
       {"errors", r.errors}};
   if (r.errors > 0) j["first_error"] = r.first_error;
-  AddLockFields(**lock_before, lock_after, r.lookups, "cpu_us_per_lookup", j);
+  AddLockFields(before.lock, after.lock, r.lookups, "cpu_us_per_lookup", j);
   return j;
 }
 

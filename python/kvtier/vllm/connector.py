@@ -248,28 +248,26 @@ class KvtierConnector(KVConnectorBase_V1):
         self._event(event="register", layers=len(layers), block_bytes=offset, tp_rank=self._tp_rank,
                     shape=list(next(iter(kv_caches.values())).shape) if kv_caches else None)
 
-    def _start_loader(self) -> None:
-        slots = self._load_buffer_bytes // self._block_bytes if self._block_bytes else 0
+    def _open_segment(self, buffer_bytes: int, option: str):
+        """A connection of its own whose segment holds as many whole blocks as buffer_bytes:
+        (client, segment, its uint8 tensor, blocks)."""
+        slots = buffer_bytes // self._block_bytes if self._block_bytes else 0
         if slots < 1:
-            raise ValueError(f"KvtierConnector: load_buffer_bytes {self._load_buffer_bytes} holds no "
-                             f"{self._block_bytes}-byte block; raise it")
-        self._load_client = kvtier.Client.connect_unix(
-            self._socket_path, tenant=self._tenant, auth_token=self._auth_token,
-            shared_memory_bytes=slots * self._block_bytes)
-        self._load_shm = self._load_client.shared_memory
-        self._load_shm_t = torch.frombuffer(self._load_shm, dtype=torch.uint8)
+            raise ValueError(f"KvtierConnector: {option} {buffer_bytes} holds no {self._block_bytes}-byte block; "
+                             "raise it")
+        client = kvtier.Client.connect_unix(self._socket_path, tenant=self._tenant, auth_token=self._auth_token,
+                                            shared_memory_bytes=slots * self._block_bytes)
+        shm = client.shared_memory
+        return client, shm, torch.frombuffer(shm, dtype=torch.uint8), slots
+
+    def _start_loader(self) -> None:
+        self._load_client, self._load_shm, self._load_shm_t, slots = self._open_segment(
+            self._load_buffer_bytes, "load_buffer_bytes")
         self._loader = BlockLoader(self._fetch, self._unpack, len(self._layers), slots, self._pipeline_layers)
 
     def _start_saver(self) -> None:
-        slots = self._save_buffer_bytes // self._block_bytes
-        if slots < 1:
-            raise ValueError(f"KvtierConnector: shared_memory_bytes {self._save_buffer_bytes} holds no "
-                             f"{self._block_bytes}-byte block; raise it")
-        self._save_client = kvtier.Client.connect_unix(
-            self._socket_path, tenant=self._tenant, auth_token=self._auth_token,
-            shared_memory_bytes=slots * self._block_bytes)
-        self._save_shm = self._save_client.shared_memory
-        self._save_shm_t = torch.frombuffer(self._save_shm, dtype=torch.uint8)
+        self._save_client, self._save_shm, self._save_shm_t, slots = self._open_segment(
+            self._save_buffer_bytes, "shared_memory_bytes")
         self._saver = BlockSaver(self._put, slots)
 
     def _staging(self, first_slot: int, count: int) -> torch.Tensor:
