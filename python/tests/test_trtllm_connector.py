@@ -303,7 +303,7 @@ def test_engine_b_loads_what_engine_a_saved(daemon, backend):
     req_b = Request(7, PROMPT, 3)
     out_b = b.run(req_b)[0]
     assert b.matched[7] == 16  # 4 blocks; the prompt's last 2 tokens are computed
-    assert [[block for block, _ in blocks] for _, _, blocks in loads] == [[47, 46, 45, 44]]
+    assert [[block for block, _ in blocks] for _, blocks in loads] == [[47, 46, 45, 44]]
     assert b.workers[0].stats["loaded_blocks"] == 4
     for i in range(4):
         assert b.page_bytes(0, 47 - i) == pages_a[i], f"block {i} differs after the load"
@@ -350,14 +350,88 @@ def test_partial_prefix_hit_loads_the_shared_blocks_and_saves_the_rest(daemon, b
 
 
 def test_hit_is_cut_to_the_segment(daemon):
-    """A load reads the chain from its first block in one Get: a hit ends where the worker's
-    segment is full (3 blocks of 768 bytes here), and the engine computes the rest."""
+    """A load reads its blocks in one Get: a hit ends where the worker's segment is full (3
+    blocks of 768 bytes here), and the engine computes the rest."""
     a = Engine(llm_args(url_of(daemon)), 32)
     out_a = a.run(Request(1, PROMPT, 2))[0]
     a.close()
     b = Engine(llm_args(url_of(daemon, f"shared_memory_bytes={3 * LAYERS * 2 * BS * ROW * 2}")), 32)
     assert b.run(Request(2, PROMPT, 2))[0] == out_a
     assert b.matched[2] == 12 and b.workers[0].stats["loaded_blocks"] == 3
+    b.close()
+
+
+class ClientSpy:
+    """Stands in front of a kvtier.Client, recording the keys of each get and pin."""
+
+    def __init__(self, client):
+        self._client = client
+        self.got, self.pinned = [], []
+
+    def get(self, keys, outs):
+        self.got.append(list(keys))
+        return self._client.get(keys, outs)
+
+    def pin(self, keys):
+        self.pinned.append(list(keys))
+        return self._client.pin(keys)
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+LONG_PROMPT = [301 + 5 * i for i in range(26)]  # 6 full blocks and 2 tokens
+
+
+def test_a_device_hit_is_followed_by_reading_only_the_missing_blocks(daemon):
+    args = llm_args(url_of(daemon))
+    a = Engine(args, 32)
+    out_a = a.run(Request(1, LONG_PROMPT, 1))[0]
+    pages_a = [a.page_bytes(0, b) for b in range(6)]  # A's free list hands out 0, 1, 2, ...
+    a.close()
+    assert stored_prefix(daemon, args, LONG_PROMPT) == 6
+    b = Engine(args, 32, reverse_free=True)
+    b.reuse[2] = 2 * BS  # the engine's own cache has blocks 0 and 1: kvtier reads blocks 2-5
+    scheduler_spy, worker_spy = ClientSpy(b.scheduler._clients[0]), ClientSpy(b.workers[0]._client)
+    b.scheduler._clients[0], b.workers[0]._client = scheduler_spy, worker_spy
+    ids = []
+    b.load_hook = lambda: ids.extend(b.blocks[2])
+    assert b.run(Request(2, LONG_PROMPT, 1))[0] == out_a
+    assert b.matched[2] == 4 * BS
+    keys = kvtier.chain_keys(LONG_PROMPT, BS, "xxh3_128", root_seed="kvtier-trtllm")
+    assert scheduler_spy.pinned == [keys[2:6]]
+    assert worker_spy.got == [keys[2:6]]
+    assert b.workers[0].stats["loaded_blocks"] == 4
+    for i in range(2, 6):
+        assert b.page_bytes(0, ids[i]) == pages_a[i], f"block {i} differs after the load"
+    b.close()
+
+
+def test_the_segment_holds_only_the_blocks_read(daemon):
+    """A segment of 3 blocks: the device has 3 of 6 stored blocks, so the other 3 fit."""
+    a = Engine(llm_args(url_of(daemon)), 32)
+    out_a = a.run(Request(1, LONG_PROMPT, 1))[0]
+    a.close()
+    b = Engine(llm_args(url_of(daemon, f"shared_memory_bytes={3 * LAYERS * 2 * BS * ROW * 2}")), 32)
+    b.reuse[2] = 3 * BS
+    assert b.run(Request(2, LONG_PROMPT, 1))[0] == out_a
+    assert b.matched[2] == 3 * BS and b.workers[0].stats["loaded_blocks"] == 3
+    b.close()
+
+
+def test_kvtier_lacking_a_device_block_is_no_hit_and_saves_it(daemon):
+    """The lookup starts at the root: kvtier holding blocks 0-1 of a request whose device hit
+    is 3 blocks gives nothing to load, and the device's block 2 is saved."""
+    args = llm_args(url_of(daemon))
+    a = Engine(args, 32)
+    a.run(Request(1, LONG_PROMPT[:9], 1))
+    a.close()
+    assert stored_prefix(daemon, args, LONG_PROMPT) == 2
+    b = Engine(args, 32)
+    b.reuse[2] = 3 * BS
+    b.run(Request(2, LONG_PROMPT, 1))
+    assert b.matched[2] == 0 and b.workers[0].stats["loaded_blocks"] == 0
+    assert stored_prefix(daemon, args, LONG_PROMPT) == 6
     b.close()
 
 
@@ -386,7 +460,7 @@ def test_device_hit_then_kvtier_hit_and_chunked_prefill(daemon):
     b.load_hook = lambda: (loads.extend(b.workers[0].get_connector_meta().loads), ids.append(list(b.blocks[2])))
     assert b.run(Request(2, PROMPT, 2))[0] == out_a
     assert b.matched[2] == 12
-    assert [[block for block, _ in blocks] for _, _, blocks in loads] == [ids[0][1:4]]
+    assert [[block for block, _ in blocks] for _, blocks in loads] == [ids[0][1:4]]
     # A chunked prefill of a new prompt saves each block once, in chain order.
     b.load_hook = None
     prompt = [7000 + i for i in range(22)]

@@ -80,9 +80,8 @@ _SCHEDULER_SHM_BYTES = 1 << 20  # the scheduler only looks up and pins
 class KvtierConnectorMetadata:
     """Scheduler -> workers, once per step (TensorRT-LLM pickles it to every rank)."""
 
-    # (request id, keys of the blocks before the load (the engine has them), [(block id, key)]):
-    # load before this step's forward. kvtier reads a chain from its first block, so the
-    # blocks before are read too, and dropped.
+    # (request id, [(block id, key)]): load before this step's forward. Only the blocks the
+    # device lacks: kvtier reads a run that starts mid-chain.
     loads: list = field(default_factory=list)
     # (request id, parent key or None, [(block id, key)]): save after it
     saves: list = field(default_factory=list)
@@ -172,13 +171,15 @@ class KvtierConnectorScheduler(KvCacheConnectorScheduler):
                 self.stats["lookup_errors"] += 1
                 logger.warning("kvtier: lookup failed (treated as a miss): %s", e)
         usable = min(stored, worth) if self._options.use_cost_model else stored
-        if usable:
-            # kvtier reads a chain from its first block, so a load fetches blocks [0, end) in
-            # one Get through the worker's segment: the hit ends where the segment is full.
-            usable = min(usable, self._options.shared_memory_bytes // max(max(r[3][:usable]) for r in found))
+        if usable > local:
+            # The lookup starts at the root so that `stored` also tells which of the device's
+            # blocks kvtier lacks (they are saved); the load reads only blocks [local, end),
+            # in one Get through the worker's segment: the hit ends where the segment is full.
+            largest = max(max(r[3][local:usable]) for r in found)
+            usable = min(usable, local + self._options.shared_memory_bytes // largest)
         ext, ext_tokens = matched_tokens(len(chain.keys), len(tokens), bs, local, usable)
         if ext:
-            held, ext_tokens = self._pin(req_id, chain.keys[:local + ext], len(tokens), local)
+            held, ext_tokens = self._pin(req_id, chain.keys[local:local + ext], len(tokens), local)
             if held < ext:
                 stored = local + held  # left the store since the lookup: saved again if computed
             ext = held
@@ -189,9 +190,9 @@ class KvtierConnectorScheduler(KvCacheConnectorScheduler):
         return ext_tokens, False
 
     def _pin(self, req_id, keys, num_tokens: int, local: int) -> tuple:
-        """Pins the chain up to the hit's end in every namespace until its load has run (a pin
-        holds the stored prefix of the chain it is given, from its first block); (blocks,
-        tokens) of the hit still held."""
+        """Pins the hit's blocks (``keys``, the chain's blocks from ``local`` on) in every
+        namespace until its load has run (a pin holds the stored prefix of the run it is given,
+        from its first block); (blocks, tokens) of the hit still held."""
         held = len(keys)
         pins = self._pins[req_id] = []
         try:
@@ -202,11 +203,11 @@ class KvtierConnectorScheduler(KvCacheConnectorScheduler):
         except kvtier.KvtierError as e:
             logger.warning("kvtier: pin failed (treated as a miss): %s", e)
             held = 0
-        if held <= local:
+        if held == 0:
             self._release_pins(req_id)
             return 0, 0
-        blocks, tokens = matched_tokens(held, num_tokens, self._block_size, local, held)
-        return blocks, tokens
+        end = local + held
+        return matched_tokens(end, num_tokens, self._block_size, local, end)
 
     def _release_pins(self, req_id) -> None:
         for c, pin_id in self._pins.pop(req_id, []):
@@ -245,7 +246,7 @@ class KvtierConnectorScheduler(KvCacheConnectorScheduler):
                 chain.extend(rd.new_tokens[skip:])
             loads = plan.take_load(chain.keys)
             if loads:
-                meta.loads.append((req_id, chain.keys[:plan.local_blocks], loads))
+                meta.loads.append((req_id, loads))
                 self._loading.append(req_id)
             # TensorRT-LLM leaves the connector's tokens out of a new request's computed_position.
             done = rd.computed_position + rd.num_scheduled_tokens + (self._external.pop(req_id, 0) if is_new else 0)
@@ -337,9 +338,9 @@ class KvtierConnectorWorker(KvCacheConnectorWorker):
         if self._rows is None:
             raise RuntimeError("kvtier TensorRT-LLM connector: start_load_kv before register_kv_caches")
         bb = self._block_bytes
-        for req_id, before, blocks in meta.loads:
-            keys = list(before) + [k for _, k in blocks]
-            n, skip = len(keys), len(before)
+        for req_id, blocks in meta.loads:
+            keys = [k for _, k in blocks]
+            n = len(keys)
             if n * bb > len(self._shm):
                 raise RuntimeError(f"kvtier TensorRT-LLM connector: request {req_id}: {n} blocks of {bb} bytes do "
                                    f"not fit the {len(self._shm)}-byte segment (the scheduler sized the hit "
@@ -347,7 +348,7 @@ class KvtierConnectorWorker(KvCacheConnectorWorker):
             try:
                 sizes = self._client.get(keys, [self._shm[j * bb:(j + 1) * bb] for j in range(n)])
             except kvtier.KvtierError as e:
-                raise RuntimeError(f"kvtier TensorRT-LLM connector: request {req_id}: loading {len(blocks)} blocks "
+                raise RuntimeError(f"kvtier TensorRT-LLM connector: request {req_id}: loading {n} blocks "
                                    f"TensorRT-LLM counts as computed failed ({e}); the engine cannot "
                                    "recompute them, so this step stops here") from e
             if len(sizes) != n or any(s != bb for s in sizes):
@@ -355,10 +356,10 @@ class KvtierConnectorWorker(KvCacheConnectorWorker):
                                    f"{len(sizes)} of {n} blocks, sizes {sorted(set(sizes))} for {bb}-byte "
                                    "blocks (another layout under the same namespace?); set model= in "
                                    "server_url to separate them")
-            src = self._staging[skip * bb:n * bb].reshape(n - skip, bb)
+            src = self._staging[:n * bb].reshape(n, bb)
             for i, b, count in contiguous_runs([b for b, _ in blocks]):
                 self._rows[b:b + count] = src[i:i + count]
-            self.stats["loaded_blocks"] += len(blocks)
+            self.stats["loaded_blocks"] += n
 
     def wait_for_layer_load(self, layer_idx: int, stream):
         return  # every layer is in before the forward starts (start_load_kv is synchronous)
