@@ -45,6 +45,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from vllm.logger import init_logger
 
 import kvtier
+from kvtier.vllm.landing import LandingSaves
 from kvtier.vllm.layout import (
     RequestPlan,
     block_key,
@@ -180,10 +181,7 @@ class KvtierConnector(KVConnectorBase_V1):
         # Waiting requests the server was told about (Client.expect: the predictive policy keeps
         # their blocks), withdrawn once their loads are in a step: req_id -> [(client, expect id)]
         self._expected: dict[str, list] = {}
-        # Saves: keys sent to the worker per running request; once it finished, its keys until
-        # the worker reports them landed (finished_sending): req_id -> (keys, finished at)
-        self._saving: dict[str, set] = {}
-        self._landing: dict[str, tuple] = {}
+        self._landing = LandingSaves(_LANDING_WAIT_S)
         # worker side
         self._layers: list = []  # (name, uint8 [num_blocks, page_bytes] view, page_bytes, offset)
         self._layer_index: dict = {}
@@ -470,7 +468,7 @@ class KvtierConnector(KVConnectorBase_V1):
                     [c.lookup([chain])[0] for c in self._shard_clients])
             except kvtier.KvtierError as e:
                 logger.warning("KvtierConnector: lookup failed (treated as a miss): %s", e)
-        if stored < len(chain) and self._landing_now(block_key(chain[stored])):
+        if stored < len(chain) and self._landing.is_landing(block_key(chain[stored])):
             # The next block is in a finished request's save that has not landed yet: ask
             # again next step rather than compute what is about to be stored.
             self.stats["deferred_lookups"] += 1
@@ -501,13 +499,8 @@ class KvtierConnector(KVConnectorBase_V1):
                     worth_loading=worth, matched_tokens=ext_tokens, asynchronous=is_async)
         return ext_tokens, is_async
 
-    def _landing_now(self, key: bytes) -> bool:
-        now = time.monotonic()
-        return any(key in keys and now - t < _LANDING_WAIT_S for keys, t in self._landing.values())
-
     def update_connector_output(self, connector_output) -> None:
-        for req_id in connector_output.finished_sending or ():
-            self._landing.pop(req_id, None)
+        self._landing.landed(connector_output.finished_sending or ())
 
     def _expect(self, req_id: str, chain) -> None:
         """Tells the server that a waiting request will read `chain` (vLLM's waiting queue is
@@ -561,7 +554,7 @@ class KvtierConnector(KVConnectorBase_V1):
             parent, saves = plan.take_save(req.block_hashes, after)
             if saves:
                 meta.saves.append((req_id, parent, saves))
-                self._saving.setdefault(req_id, set()).update(k for _, k in saves)
+                self._landing.sent(req_id, (k for _, k in saves))
 
         # Requests vLLM parked in WAITING_FOR_REMOTE_KVS: they are not scheduled this step.
         for req_id in sorted(self._async_to_start):
@@ -594,11 +587,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._async_to_start.discard(request.request_id)
         self._plans.pop(request.request_id, None)
         self._requests.pop(request.request_id, None)
-        keys = self._saving.pop(request.request_id, None)
-        if keys is None:
-            return False, None
         # Its pages are already copied into the worker's staging, so vLLM may reuse its blocks;
         # delaying the free is how the worker tells this side (finished_sending) that the puts
         # landed, so a lookup of the same chain waits for them instead of missing.
-        self._landing[request.request_id] = (keys, time.monotonic())
-        return True, None
+        return self._landing.finished(request.request_id), None
