@@ -546,6 +546,7 @@ Status ServeBenchmarkOptions::Validate() const {
   }
   if (dram_mib < 64 || dram_mib > (uint64_t{1} << 20)) return Status::InvalidArgument("--dram-mib must be 64 to 1,048,576");
   if (load_threads < 1 || load_threads > 64) return Status::InvalidArgument("--load-threads must be 1 to 64");
+  if (loops_per_core > 16) return Status::InvalidArgument("--loops-per-core must be 0 to 16");
   if (!(seconds > 0 && seconds <= 3600)) return Status::InvalidArgument("--seconds must be in (0, 3600]");
   if (min_block_bytes < kPage || min_block_bytes % kPage != 0 || max_block_bytes % kPage != 0 ||
       max_block_bytes < min_block_bytes || max_block_bytes > (uint64_t{256} << 20)) {
@@ -583,6 +584,7 @@ Result<std::string> RunServeBenchmark(const ServeBenchmarkOptions& options) {
   if (options.connect.empty() && options.lookups) {
     const LookupPhaseOptions lookup{.clients = options.lookup_clients, .cores = options.cores, .chains = options.lookup_chains,
                                     .chain_blocks = options.lookup_chain_blocks, .threads = options.load_threads,
+                                    .event_loops_per_core = options.loops_per_core,
                                     .tcp = options.tcp, .seconds = options.seconds, .seed = options.seed};
     KVTIER_ASSIGN_OR_RETURN(lookups, RunLookupPhases(lookup, errors));
   }

@@ -28,6 +28,7 @@ struct ServeDaemonOptions {
   uint64_t dram_mib = 1024;      // the DRAM tier's capacity
   uint32_t max_connections = 256;
   int cores = 0;                 // pinned to the first `cores` CPUs this process may use; 0 = not pinned
+  uint32_t event_loops = 0;      // limits.event_loops; 0 = the daemon's default
 };
 
 // The daemon's YAML for `options` (also what the in-process baseline parses).

@@ -113,7 +113,10 @@ Status RunOnCores(const LookupPhaseOptions& o, int cores, const std::vector<std:
   const int most = *std::max_element(o.clients.begin(), o.clients.end());
   KVTIER_ASSIGN_OR_RETURN(
       std::unique_ptr<ServeDaemon> daemon,
-      ServeDaemon::Start({.persist = false, .max_connections = static_cast<uint32_t>(most) + 16, .cores = cores}));
+      ServeDaemon::Start({.persist = false,
+                          .max_connections = static_cast<uint32_t>(most) + 16,
+                          .cores = cores,
+                          .event_loops = o.event_loops_per_core * static_cast<uint32_t>(cores)}));
   KVTIER_RETURN_IF_ERROR(Populate(*daemon, chains).WithContext("storing the lookup chains"));
   for (const int clients : o.clients) {
     Result<nlohmann::json> j = MeasureClients(*daemon, o, cores, clients, chains);

@@ -26,6 +26,7 @@ struct LookupPhaseOptions {
   int chains = 256;
   int chain_blocks = 64;
   int threads = 2;           // load threads (and redis-benchmark --threads)
+  uint32_t event_loops_per_core = 1;  // the daemon's limits.event_loops per core; 0 = its default
   bool tcp = false;          // TCP loopback to both servers; else their Unix sockets
   double seconds = 10;
   uint64_t seed = 1;

@@ -124,6 +124,14 @@ class PrefixIndex {
 
   std::optional<BlockInfo> Find(const BlockKey& key) const;
 
+  // Where a run of blocks may begin: only at a chain's first block, or at any stored block.
+  enum class RunStart { kChainStart, kAnyBlock };
+  // Snapshots of the leading blocks of `keys` that form a run, into `out` (cleared first):
+  // each present, each after the first stored under the one before it, the first one
+  // allowed by `start`. The read path's walk of a chain: one lock for the whole run and the
+  // probes of later keys prefetched, where a Find per key pays a lock and a cache miss each.
+  void FindRun(std::span<const BlockKey> keys, RunStart start, std::vector<BlockInfo>& out) const;
+
   // Pins the first `keys.size()` blocks of a chain; NotFound if one is missing.
   Result<PinnedBlocks> Pin(std::span<const BlockKey> keys) const;
 

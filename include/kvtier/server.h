@@ -11,9 +11,10 @@
 // into that tenant's namespace (tenant_namespace.h), so a tenant can neither read nor probe
 // another's blocks.
 //
-// Failure isolation: one event loop waits on every connection and a small pool of workers
-// serves complete requests (one at a time per connection, in order; connections in
-// parallel), so an idle, slow or stalled client costs no thread and delays only itself: a
+// Failure isolation: a few event loops wait on the connections (each on its share) and a
+// small pool of workers serves complete requests (one at a time per connection, in order;
+// connections in parallel; lookups that need no network are answered by the loop itself),
+// so an idle, slow or stalled client costs no thread and delays only itself: a
 // frame that stalls halfway waits in the loop, a reply its client does not take is kept
 // (bounded) and finished later. A malformed frame gets an error reply and closes only its
 // connection; a client that disconnects mid-transfer loses only its request, and its pins
@@ -80,6 +81,11 @@ struct ServerOptions {
   // request blocks its worker on tier I/O (an NVMe read, a Redis round trip, a write-through
   // sync), so the pool is wider than the cores. Default: 0, four per hardware thread, 8 to 64
   uint32_t workers = 0;
+  // Event loops, each with its own thread and its share of the connections (given in turn).
+  // A loop reads every request of its connections and answers lookups itself when no tier is
+  // shared (a hand-off to a worker costs more than the lookup); so one loop is a serial
+  // section, and a large host needs several. Default: 0, one per four hardware threads, 1 to 16
+  uint32_t event_loops = 0;
   uint32_t max_segments_per_client = 8;   // Default: 8 shared-memory segments
   uint64_t max_shared_bytes_per_client = 16ull << 30;  // Default: 16 GiB mapped per client
   uint32_t max_pins_per_client = 65536;   // Default: 65,536 live pins
@@ -94,6 +100,8 @@ struct ServerOptions {
   Status Validate() const;
   // `workers`, or what its default 0 stands for.
   uint32_t worker_threads() const;
+  // `event_loops`, or what its default 0 stands for.
+  uint32_t event_loop_threads() const;
 };
 
 class Server {

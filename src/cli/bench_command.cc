@@ -102,6 +102,9 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   serve->add_option("--load-threads", serve_options->load_threads,
                     "Lookup phases: epoll threads driving the clients (and redis-benchmark --threads)")
       ->capture_default_str();
+  serve->add_option("--loops-per-core", serve_options->loops_per_core,
+                    "Lookup phases: the daemon's event loops per core it is pinned to (0: the daemon's default)")
+      ->capture_default_str();
   serve->add_option("--seconds", serve_options->seconds, "Seconds of load per phase")->capture_default_str();
   serve->add_option("--min-block-bytes", serve_options->min_block_bytes, "Smallest block (4 KiB multiple)")->capture_default_str();
   serve->add_option("--max-block-bytes", serve_options->max_block_bytes, "Largest block (4 KiB multiple)")->capture_default_str();

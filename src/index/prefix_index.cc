@@ -272,6 +272,31 @@ std::optional<BlockInfo> PrefixIndex::Find(const BlockKey& key) const {
   return InfoLocked((*slots_)[slot].node);
 }
 
+void PrefixIndex::FindRun(std::span<const BlockKey> keys, RunStart start, std::vector<BlockInfo>& out) const {
+  out.clear();
+  std::shared_lock lock(mutex_);
+  const SlotArray& slots = *slots_;
+  const std::size_t n = slots.size();
+  // As LongestPrefix: the slots of block i + 8 are prefetched while block i is checked, and
+  // a block's node (read for its snapshot) as soon as its slot is found.
+  constexpr std::size_t kSlotDistance = 8;
+  auto prefetch_slot = [&](std::size_t i) { __builtin_prefetch(&slots[Home(keys[i].lo, n)]); };
+  for (std::size_t i = 0; i < std::min(kSlotDistance, keys.size()); ++i) prefetch_slot(i);
+  uint32_t previous = kNoNode;
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    if (k + kSlotDistance < keys.size()) prefetch_slot(k + kSlotDistance);
+    const BlockKey& key = keys[k];
+    std::size_t i = Home(key.lo, n);
+    while (slots[i].node != kNoNode && !(slots[i].lo == key.lo && arena_->at(slots[i].node).key == key)) i = Next(i, n);
+    const Slot& slot = slots[i];
+    if (slot.node == kNoNode) break;
+    const bool continues = k > 0 ? slot.parent == previous : start == RunStart::kAnyBlock || slot.parent == kNoNode;
+    if (!continues) break;
+    out.push_back(InfoLocked(slot.node));
+    previous = slot.node;
+  }
+}
+
 BlockInfo PrefixIndex::InfoLocked(uint32_t id) const {
   const Node& node = arena_->at(id);
   BlockInfo info;

@@ -57,6 +57,40 @@ TEST(PrefixIndex, ContinuationUnderAnExistingParent) {
   EXPECT_EQ(orphan.status().code(), StatusCode::kNotFound);
 }
 
+// A run is what Find per key, checking each parent, gives: stopped by a missing key, by a
+// key stored under another parent, and (from a chain start only) by a first key that has a parent.
+TEST(PrefixIndex, FindRunStopsWhereFindPerKeyWould) {
+  PrefixIndex index;
+  const auto a = Chain(1, 40);
+  ASSERT_EQ(*index.Insert(a, Metas(40, 100), 1), 40u);
+  const auto b = Chain(2, 32, 20, 1);  // a's first 20 blocks, then its own
+  ASSERT_EQ(*index.Insert(b, Metas(32, 200), 2), 12u);
+  std::vector<BlockInfo> run;
+  index.FindRun(a, PrefixIndex::RunStart::kChainStart, run);
+  ASSERT_EQ(run.size(), 40u);
+  for (std::size_t i = 0; i < run.size(); ++i) {
+    EXPECT_EQ(run[i].key, a[i]);
+    EXPECT_EQ(run[i].meta.size_bytes, 100u);
+    EXPECT_EQ(run[i].parent, i == 0 ? std::nullopt : std::optional(a[i - 1]));
+  }
+  std::vector<BlockKey> gap = a;
+  gap[17] = Chain(7, 1)[0];
+  index.FindRun(gap, PrefixIndex::RunStart::kChainStart, run);
+  EXPECT_EQ(run.size(), 17u);
+  std::vector<BlockKey> crossed(a.begin(), a.begin() + 10);
+  crossed.push_back(b[31]);  // stored, but under b[30]
+  index.FindRun(crossed, PrefixIndex::RunStart::kChainStart, run);
+  EXPECT_EQ(run.size(), 10u);
+  const std::span<const BlockKey> middle = std::span(a).subspan(5, 30);
+  index.FindRun(middle, PrefixIndex::RunStart::kChainStart, run);
+  EXPECT_TRUE(run.empty());
+  index.FindRun(middle, PrefixIndex::RunStart::kAnyBlock, run);
+  ASSERT_EQ(run.size(), 30u);
+  EXPECT_EQ(run.front().key, a[5]);
+  index.FindRun({}, PrefixIndex::RunStart::kAnyBlock, run);
+  EXPECT_TRUE(run.empty());
+}
+
 TEST(PrefixIndex, OnlyUnpinnedLeavesAreEvicted) {
   PrefixIndex index;
   const auto a = Chain(1, 4);

@@ -41,6 +41,9 @@ struct ConnectionContext {
   EventLoop& loop;
   TaskPool& workers;
   const TlsContext* tls;  // for TCP connections; null without TLS
+  // Lookups are served on the loop's thread instead of a worker's: true when none can wait on
+  // the network (no tier is shared, so a lookup reads only this node's index).
+  bool lookups_on_loop = false;
   // Called on the loop's thread when connection `id` has become finished(); the connection
   // must not be destroyed inside this call.
   std::function<void(uint64_t id)> finished;
@@ -90,6 +93,7 @@ class Connection {
   void Flush();
   void StartNext();
   void OnServed(Served served);
+  void Finish(Served served);  // OnServed without starting the next request
   void SendWhatFits(Served& served);
   void Queue(std::vector<std::byte> frame, std::size_t sent = 0);
   void Drain();

@@ -252,6 +252,7 @@ TEST(ServeConfig, MistakesAreNamed) {
       {tiers + "limits:\n  max_frame_bytes: 10\n", "max_frame_bytes"},
       {tiers + "limits:\n  workers: 5000\n", "'workers' must be an integer from 0 to 1024"},
       {tiers + "limits:\n  workers: -1\n", "'workers' must be an integer from 0 to 1024"},
+      {tiers + "limits:\n  event_loops: 300\n", "'event_loops' must be an integer from 0 to 256"},
       {tiers + "model:\n  name: no-such-model\n", "model.name"},
       {"tiers: [\n", "not valid YAML"},
   };
@@ -266,10 +267,12 @@ TEST(ServeConfig, MistakesAreNamed) {
   EXPECT_EQ(ok->server.unix_socket_path, "/tmp/x/s.sock");
   EXPECT_EQ(ok->server.workers, 0u) << "the machine's hardware threads";
   EXPECT_EQ(ok->server.max_connections, 4096u);
-  ok = ParseServeConfig(tiers + "store:\n  persistence: none\nlimits:\n  workers: 6\n", "t");
+  EXPECT_EQ(ok->server.event_loops, 0u) << "one per four hardware threads";
+  ok = ParseServeConfig(tiers + "store:\n  persistence: none\nlimits:\n  workers: 6\n  event_loops: 3\n", "t");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->server.workers, 6u);
   EXPECT_EQ(ok->server.worker_threads(), 6u);
+  EXPECT_EQ(ok->server.event_loop_threads(), 3u);
 }
 
 }  // namespace

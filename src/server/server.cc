@@ -31,10 +31,20 @@ namespace {
 
 // How often deadlines are checked (a stalled frame, a handshake, a reply not taken).
 constexpr int kTickMs = 25;
+
+// Whether a lookup may reach past this node's index, to a tier other nodes share.
+bool HasSharedTier(TieredStore& store) {
+  for (std::size_t t = 0; t < store.tier_count(); ++t) {
+    if (store.tier(t).shared()) return true;
+  }
+  return false;
+}
+
 // How long accepting pauses when the process is out of descriptors.
 constexpr int kAcceptPauseMs = 100;
 // Far beyond any machine's cores: a mistyped worker count, not a tuning.
 constexpr uint32_t kMaxWorkers = 1024;
+constexpr uint32_t kMaxEventLoops = 256;
 // Connections the kernel queues before the loop accepts them: as many as it allows
 // (net.core.somaxconn caps it). Thousands of engine workers connect at once when a fleet
 // starts; a full queue refuses a Unix socket's connect at once (EAGAIN) and makes TCP's wait
@@ -114,6 +124,10 @@ Status ServerOptions::Validate() const {
   }
   if (tls.handshake_timeout_ms < 0) return Status::InvalidArgument("the TLS handshake timeout must be 0 (none) or positive");
   if (max_connections == 0) return Status::InvalidArgument("max_connections must be at least 1");
+  if (event_loops > kMaxEventLoops) {
+    return Status::InvalidArgument("event_loops must be at most " + std::to_string(kMaxEventLoops) +
+                                   " (0: one per four hardware threads)");
+  }
   if (workers > kMaxWorkers) {
     return Status::InvalidArgument("workers must be at most " + std::to_string(kMaxWorkers) + " (0: the machine's hardware threads)");
   }
@@ -121,12 +135,26 @@ Status ServerOptions::Validate() const {
   return limits.Validate();
 }
 
+uint32_t ServerOptions::event_loop_threads() const {
+  return event_loops > 0 ? event_loops : std::clamp(std::thread::hardware_concurrency() / 4, 1u, 16u);
+}
+
 uint32_t ServerOptions::worker_threads() const {
   return workers > 0 ? workers : std::clamp(4 * std::thread::hardware_concurrency(), 8u, 64u);
 }
 
-// Lock order: shutdown_mu alone; everything else belongs to the loop's thread (connections,
-// listeners after Start) or is atomic.
+// One event loop and the connections it serves: every member is its loop thread's, except
+// what is posted to it from the acceptor's loop (new connections) or from workers (replies).
+struct LoopShard {
+  std::unique_ptr<server::EventLoop> loop;
+  std::optional<server::ConnectionContext> context;
+  std::unordered_map<uint64_t, std::unique_ptr<server::Connection>> connections;
+  bool stopping = false;
+  std::thread thread;
+};
+
+// Lock order: shutdown_mu alone. Each shard's state belongs to its loop's thread; the
+// listeners, next_id and accept_resumes to shard 0's (the acceptor's); `live` is atomic.
 struct Server::Impl {
   using Clock = std::chrono::steady_clock;
 
@@ -135,38 +163,47 @@ struct Server::Impl {
   std::unique_ptr<server::TlsContext> tls;  // for TCP connections; none without options.tls
   ScopedFd unix_listener, tcp_listener;
   uint16_t bound_tcp_port = 0;
-  std::unique_ptr<server::EventLoop> loop;
-  std::unique_ptr<TaskPool> workers;  // destroyed before the loop: a worker's last act is a Post
-  std::optional<server::ConnectionContext> context;
-  std::unordered_map<uint64_t, std::unique_ptr<server::Connection>> connections;  // the loop's
-  uint64_t next_id = 1;                                                           // the loop's
-  bool stopping = false;                                                          // the loop's
-  std::optional<Clock::time_point> accept_resumes;  // the loop's: accepting paused (out of descriptors)
+  std::vector<std::unique_ptr<LoopShard>> shards;  // shard 0 accepts
+  std::unique_ptr<TaskPool> workers;  // destroyed before the loops: a worker's last act is a Post
+  uint64_t next_id = 1;                              // shard 0's
+  std::optional<Clock::time_point> accept_resumes;  // shard 0's: accepting paused (out of descriptors)
   std::atomic<uint32_t> live{0};
-  std::thread loop_thread;
   std::mutex shutdown_mu;
   bool shut_down = false;  // GUARDED_BY(shutdown_mu)
 
   Impl(TieredStore& s, ServerOptions o) : store(s), options(std::move(o)) {}
 
-  Status StartLoop() {
-    KVTIER_ASSIGN_OR_RETURN(loop, server::EventLoop::Create());
+  LoopShard& acceptor() { return *shards.front(); }
+
+  Status StartLoops() {
     // Each connection has at most one request queued or running, so Submit never waits.
     workers = std::make_unique<TaskPool>(static_cast<int>(options.worker_threads()), options.max_connections + 1);
-    context.emplace(server::ConnectionContext{.store = store,
-                                              .options = options,
-                                              .loop = *loop,
-                                              .workers = *workers,
-                                              .tls = tls.get(),
-                                              .finished = [this](uint64_t id) { loop->Post([this, id] { Forget(id); }); }});
+    const bool lookups_on_loop = !HasSharedTier(store);
+    for (uint32_t i = 0; i < options.event_loop_threads(); ++i) {
+      auto shard = std::make_unique<LoopShard>();
+      KVTIER_ASSIGN_OR_RETURN(shard->loop, server::EventLoop::Create());
+      LoopShard* const here = shard.get();
+      shard->context.emplace(server::ConnectionContext{
+          .store = store,
+          .options = options,
+          .loop = *shard->loop,
+          .workers = *workers,
+          .tls = tls.get(),
+          .lookups_on_loop = lookups_on_loop,
+          .finished = [this, here](uint64_t id) { here->loop->Post([this, here, id] { Forget(*here, id); }); }});
+      shards.push_back(std::move(shard));
+    }
     for (const ScopedFd* listener : {&unix_listener, &tcp_listener}) {
       if (!listener->valid()) continue;
       const int fd = listener->get();
       const bool tcp = listener == &tcp_listener;
       if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK) != 0) return ErrnoStatus("listener", "fcntl", errno);
-      KVTIER_RETURN_IF_ERROR(loop->Watch(fd, EPOLLIN, [this, fd, tcp](uint32_t) { AcceptAll(fd, tcp); }));
+      KVTIER_RETURN_IF_ERROR(acceptor().loop->Watch(fd, EPOLLIN, [this, fd, tcp](uint32_t) { AcceptAll(fd, tcp); }));
     }
-    loop_thread = std::thread([this] { loop->Run(kTickMs, [this] { Tick(); }); });
+    for (const std::unique_ptr<LoopShard>& shard : shards) {
+      LoopShard* const here = shard.get();
+      shard->thread = std::thread([this, here] { here->loop->Run(kTickMs, [this, here] { Tick(*here); }); });
+    }
     return Status::Ok();
   }
 
@@ -191,6 +228,7 @@ struct Server::Impl {
     }
   }
 
+  // On shard 0: refuses a connection over the limit, or hands it to a loop, in turn.
   void Admit(ScopedFd client, bool tcp) {
     if (live.load() >= options.max_connections) {
       if (options.metrics) options.metrics->ConnectionRejected();
@@ -202,49 +240,75 @@ struct Server::Impl {
       return;
     }
     const uint64_t id = next_id++;
-    auto connection = std::make_unique<server::Connection>(*context, id, std::move(client), tcp);
-    if (!connection->Open().ok()) return;
-    connections.emplace(id, std::move(connection));
     ++live;
+    LoopShard& shard = *shards[id % shards.size()];
+    if (&shard == &acceptor()) {
+      Open(shard, id, std::move(client), tcp);
+      return;
+    }
+    // A posted task must be copyable: the descriptor travels bare and is owned again there.
+    shard.loop->Post([this, &shard, id, fd = client.Release(), tcp] { Open(shard, id, ScopedFd(fd), tcp); });
+  }
+
+  // On the shard's loop.
+  void Open(LoopShard& shard, uint64_t id, ScopedFd client, bool tcp) {
+    auto connection = std::make_unique<server::Connection>(*shard.context, id, std::move(client), tcp);
+    if (shard.stopping || !connection->Open().ok()) {
+      --live;
+      return;
+    }
+    shard.connections.emplace(id, std::move(connection));
     if (options.metrics) options.metrics->ConnectionOpened();
   }
 
   // A finished connection goes, and its Session (pins, expectations, mappings) with it.
-  void Forget(uint64_t id) {
-    if (connections.erase(id) == 0) return;
+  void Forget(LoopShard& shard, uint64_t id) {
+    if (shard.connections.erase(id) == 0) return;
     --live;
     if (options.metrics) options.metrics->ConnectionClosed();
-    if (stopping && connections.empty()) loop->Stop();
+    if (shard.stopping && shard.connections.empty()) shard.loop->Stop();
   }
 
   void PauseAccepting() {
     accept_resumes = Clock::now() + std::chrono::milliseconds(kAcceptPauseMs);
     for (const ScopedFd* listener : {&unix_listener, &tcp_listener}) {
-      if (listener->valid()) (void)loop->Change(listener->get(), 0);
+      if (listener->valid()) (void)acceptor().loop->Change(listener->get(), 0);
     }
   }
 
-  void Tick() {
+  void Tick(LoopShard& shard) {
     const auto now = Clock::now();
-    for (auto& [id, connection] : connections) connection->CheckDeadline(now);
-    if (accept_resumes && now >= *accept_resumes && !stopping) {
+    for (auto& [id, connection] : shard.connections) connection->CheckDeadline(now);
+    if (&shard == &acceptor() && accept_resumes && now >= *accept_resumes && !shard.stopping) {
       accept_resumes.reset();
       for (const ScopedFd* listener : {&unix_listener, &tcp_listener}) {
-        if (listener->valid()) (void)loop->Change(listener->get(), EPOLLIN);
+        if (listener->valid()) (void)shard.loop->Change(listener->get(), EPOLLIN);
       }
     }
   }
 
-  // On the loop: stop accepting, and let every connection finish what it is doing.
+  // On shard 0: stop accepting, then tell every loop (after the connections shard 0 handed
+  // it, posted earlier) to let its connections finish what they are doing.
   void BeginStop() {
-    stopping = true;
     for (ScopedFd* listener : {&unix_listener, &tcp_listener}) {
       if (!listener->valid()) continue;
-      loop->Unwatch(listener->get());
+      acceptor().loop->Unwatch(listener->get());
       *listener = ScopedFd();
     }
-    for (auto& [id, connection] : connections) connection->BeginShutdown();
-    if (connections.empty()) loop->Stop();
+    for (const std::unique_ptr<LoopShard>& shard : shards) {
+      LoopShard* const here = shard.get();
+      if (here == &acceptor()) {
+        StopShard(*here);
+      } else {
+        here->loop->Post([this, here] { StopShard(*here); });
+      }
+    }
+  }
+
+  void StopShard(LoopShard& shard) {
+    shard.stopping = true;
+    for (auto& [id, connection] : shard.connections) connection->BeginShutdown();
+    if (shard.connections.empty()) shard.loop->Stop();
   }
 
   void Shutdown() {
@@ -253,9 +317,9 @@ struct Server::Impl {
       if (shut_down) return;
       shut_down = true;
     }
-    if (loop_thread.joinable()) {
-      loop->Post([this] { BeginStop(); });
-      loop_thread.join();
+    if (!shards.empty() && shards.front()->thread.joinable()) {
+      acceptor().loop->Post([this] { BeginStop(); });
+      for (const std::unique_ptr<LoopShard>& shard : shards) shard->thread.join();
     }
     workers.reset();
     if (!options.unix_socket_path.empty()) ::unlink(options.unix_socket_path.c_str());
@@ -276,7 +340,7 @@ Result<std::unique_ptr<Server>> Server::Start(TieredStore& store, ServerOptions 
     impl->tcp_listener = std::move(tcp.first);
     impl->bound_tcp_port = tcp.second;
   }
-  KVTIER_RETURN_IF_ERROR(impl->StartLoop());
+  KVTIER_RETURN_IF_ERROR(impl->StartLoops());
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 

@@ -132,7 +132,9 @@ TEST_F(ServerEventLoopTest, TwoThousandConnectionsAtOnceAreAllServed) {
     limit.rlim_cur = std::min<rlim_t>(limit.rlim_max, 2 * kNeeded);
     ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &limit), 0) << std::strerror(errno);
   }
-  StartServer({});
+  ServerOptions options;
+  options.event_loops = 4;  // the connections spread over several loops
+  StartServer(options);
 
   std::vector<std::unique_ptr<RawConnection>> connections;
   for (std::size_t i = 0; i < kConnections; ++i) {
@@ -270,6 +272,98 @@ TEST_F(ServerEventLoopTest, PipelinedRequestsComeBackInOrder) {
   }
 }
 
+TEST_F(ServerEventLoopTest, ConnectionsOnSeveralLoopsShareOneStoreAndLeaveCleanly) {
+  ServerOptions options;
+  options.event_loops = 3;
+  options.workers = 2;
+  StartServer(options);
+  constexpr uint64_t kClients = 30;
+  std::vector<std::unique_ptr<RawConnection>> clients;
+  for (uint64_t c = 0; c < kClients; ++c) {
+    clients.push_back(std::make_unique<RawConnection>(ConnectUnix()));
+    ASSERT_TRUE(clients.back()->Hello().ok()) << c;
+  }
+  for (uint64_t c = 0; c < kClients; ++c) {
+    const std::vector<std::byte> payload = Payload(c, 4096);
+    protocol::Put put;
+    put.blocks.push_back({.key = Key(6, c), .payload = {.length = 4096}, .inline_bytes = payload,
+                          .checksum = PayloadChecksum(payload)});
+    ASSERT_TRUE(clients[c]->Send(put, 1).ok());
+  }
+  for (uint64_t c = 0; c < kClients; ++c) {
+    Result<std::pair<uint64_t, protocol::Message>> reply = clients[c]->Receive();
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    ASSERT_TRUE(std::holds_alternative<protocol::PutReply>(reply->second)) << c;
+  }
+  // Each client finds every other client's block, whichever loop served its put.
+  for (uint64_t c = 0; c < kClients; ++c) {
+    protocol::Lookup lookup;
+    for (uint64_t other = 0; other < kClients; ++other) lookup.chains.push_back({Key(6, other)});
+    ASSERT_TRUE(clients[c]->Send(lookup, 2).ok());
+  }
+  for (uint64_t c = 0; c < kClients; ++c) {
+    Result<std::pair<uint64_t, protocol::Message>> reply = clients[c]->Receive();
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    ASSERT_TRUE(std::holds_alternative<protocol::LookupReply>(reply->second)) << c;
+    for (const protocol::ChainLookup& chain : std::get<protocol::LookupReply>(reply->second).chains) {
+      EXPECT_EQ(chain.prefix_blocks, 1u) << "client " << c;
+    }
+  }
+  clients.resize(kClients / 3);  // the others hang up, on every loop
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (server_->connections() != kClients / 3 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(server_->connections(), kClients / 3);
+  server_->Shutdown();
+  EXPECT_EQ(server_->connections(), 0u);
+  for (const auto& client : clients) EXPECT_EQ(client->Receive().status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(ServerEventLoopTest, LookupsAreAnsweredWhileTheOnlyWorkerWaitsOnASlowTier) {
+  Result<std::unique_ptr<Tier>> dram = NewDramTier(
+      {.name = "dram", .capacity_bytes = 64u << 20, .lock_memory = false, .huge_pages = false, .pin_for_gpu = false});
+  ASSERT_TRUE(dram.ok()) << dram.status().ToString();
+  auto faulty = std::make_unique<testing::FaultyTier>(std::move(*dram));
+  testing::FaultyTier& slow = *faulty;
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(std::move(faulty));
+  Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(std::move(tiers), {});
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  store_ = std::move(*store);
+  ServerOptions options;
+  options.workers = 1;
+  StartServer(options);
+  RawConnection writer(ConnectUnix()), reader(ConnectUnix());
+  ASSERT_TRUE(writer.Hello().ok());
+  ASSERT_TRUE(reader.Hello().ok());
+  const std::vector<std::byte> payload = Payload(5, 4096);
+  protocol::Put put;
+  put.blocks.push_back({.key = Key(5, 0), .payload = {.length = 4096}, .inline_bytes = payload,
+                        .checksum = PayloadChecksum(payload)});
+  ASSERT_TRUE(writer.Send(put, 3).ok());
+  ASSERT_TRUE(writer.Receive().ok());
+  // The next put holds the only worker for 3 s in the tier; a lookup needs no worker.
+  slow.AddLatency(std::chrono::seconds(3));
+  put.blocks[0].key = Key(5, 1);
+  ASSERT_TRUE(writer.Send(put, 4).ok());
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (metrics_.Read().in_flight < 1 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(metrics_.Read().in_flight, 1);
+  for (uint64_t i = 0; i < 20; ++i) {
+    ASSERT_TRUE(reader.Send(protocol::Lookup{{{Key(5, 0)}}}, 100 + i).ok());
+    Result<std::pair<uint64_t, protocol::Message>> reply = reader.Receive();
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    EXPECT_EQ(reply->first, 100 + i);
+    ASSERT_TRUE(std::holds_alternative<protocol::LookupReply>(reply->second));
+    EXPECT_EQ(std::get<protocol::LookupReply>(reply->second).chains.at(0).prefix_blocks, 1u);
+  }
+  EXPECT_EQ(metrics_.Read().in_flight, 1) << "the lookups were answered while the put still held the worker";
+  Result<std::pair<uint64_t, protocol::Message>> second = writer.Receive();
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_TRUE(std::holds_alternative<protocol::PutReply>(second->second));
+}
+
 TEST_F(ServerEventLoopTest, ShutdownFinishesTheRequestsInFlightAndSendsTheirReplies) {
   Result<std::unique_ptr<Tier>> dram = NewDramTier(
       {.name = "dram", .capacity_bytes = 64u << 20, .lock_memory = false, .huge_pages = false, .pin_for_gpu = false});
@@ -284,6 +378,7 @@ TEST_F(ServerEventLoopTest, ShutdownFinishesTheRequestsInFlightAndSendsTheirRepl
   constexpr uint32_t kClients = 4;
   ServerOptions options;
   options.workers = kClients;
+  options.event_loops = 3;  // each loop finishes its own connections' requests
   StartServer(options);
 
   std::vector<std::unique_ptr<RawConnection>> clients;

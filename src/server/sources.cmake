@@ -1,6 +1,6 @@
 # The service's wire protocol (protocol.h).
 kvtier_add_sources(server/protocol.cc)
-kvtier_add_tests(pure server/protocol_test.cc)
+kvtier_add_tests(pure server/protocol_test.cc server/tenant_namespace_test.cc)
 
 # Metrics of `kvtier serve`: service counters, the Prometheus rendering and the HTTP endpoint.
 kvtier_add_sources(server/service_metrics.cc server/metrics_http.cc)

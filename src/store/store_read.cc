@@ -36,23 +36,31 @@ LookupResult TieredStore::Impl::Lookup(std::span<const BlockKey> keys) {
   return result;
 }
 
+std::span<const BlockInfo> TieredStore::Impl::IndexedRunLocked(std::span<const BlockKey> keys) const {
+  // Reused so that a lookup allocates nothing here: the read path runs it for every request.
+  thread_local std::vector<BlockInfo> run;
+  index.FindRun(keys, options.keys_name_prefix ? PrefixIndex::RunStart::kAnyBlock : PrefixIndex::RunStart::kChainStart,
+                run);
+  const auto uncopied = std::ranges::find_if(run, [](const BlockInfo& info) { return info.meta.tiers == 0; });
+  return std::span(run).first(static_cast<std::size_t>(uncopied - run.begin()));
+}
+
 LookupResult TieredStore::Impl::LookupIndexedLocked(std::span<const BlockKey> keys) {
   LookupResult result;
-  std::optional<BlockKey> previous;
-  for (const BlockKey& key : keys) {
-    const std::optional<BlockInfo> info = index.Find(key);
-    if (!info || info->meta.tiers == 0 || !ContinuesRun(*info, previous)) break;
-    const int t = FastestTier(info->meta.tiers);
+  const std::span<const BlockInfo> run = IndexedRunLocked(keys);
+  result.tier.reserve(run.size());
+  result.bytes.reserve(run.size());
+  for (const BlockInfo& info : run) {
+    const int t = FastestTier(info.meta.tiers);
     result.tier.push_back(t);
-    result.bytes.push_back(info->meta.size_bytes);
+    result.bytes.push_back(info.meta.size_bytes);
     if (options.cost_model) {
-      auto it = blocks.find(key);
+      auto it = blocks.find(info.key);
       const uint64_t tokens = it == blocks.end() ? 0 : it->second.tokens;
       const uint64_t before = it == blocks.end() ? 0 : it->second.tokens_before;
       result.decisions.push_back(
-          DecideLoad(*options.cost_model, tier_state(t).cost, info->meta.size_bytes, tokens, before));
+          DecideLoad(*options.cost_model, tier_state(t).cost, info.meta.size_bytes, tokens, before));
     }
-    previous = key;
   }
   result.prefix_blocks = result.tier.size();
   result.load_blocks = result.prefix_blocks;
@@ -149,18 +157,16 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
 std::vector<TieredStore::Impl::PlannedRead> TieredStore::Impl::PlanReads(std::span<const BlockKey> keys) const {
   std::vector<PlannedRead> plan;
   std::shared_lock lock(mu_);
-  std::optional<BlockKey> previous;
-  for (const BlockKey& key : keys) {
-    const std::optional<BlockInfo> info = index.Find(key);
-    if (!info || info->meta.tiers == 0 || !ContinuesRun(*info, previous)) break;
+  const std::span<const BlockInfo> run = IndexedRunLocked(keys);
+  plan.reserve(run.size());
+  for (const BlockInfo& info : run) {
     PlannedRead& read = plan.emplace_back();
-    read.tier = FastestTier(info->meta.tiers);
-    read.bytes = info->meta.size_bytes;
-    if (auto it = blocks.find(key); it != blocks.end()) {
+    read.tier = FastestTier(info.meta.tiers);
+    read.bytes = info.meta.size_bytes;
+    if (auto it = blocks.find(info.key); it != blocks.end()) {
       read.split = SplitIn(it->second, read.tier);
       read.placement = it->second.placement;
     }
-    previous = key;
   }
   return plan;
 }

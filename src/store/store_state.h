@@ -179,6 +179,10 @@ struct TieredStore::Impl {
   bool ContinuesRun(const BlockInfo& info, const std::optional<BlockKey>& previous) const {
     return previous || !options.keys_name_prefix ? info.parent == previous : true;
   }
+  // The leading blocks of `keys` that the read path may use: a run in the index (ContinuesRun
+  // for each) whose blocks each have a copy in some tier. Requires `mu_` (any mode). The view
+  // is this thread's, valid until its next call.
+  std::span<const BlockInfo> IndexedRunLocked(std::span<const BlockKey> keys) const;
 
   // --- Bookkeeping under `mu_` (store_state.cc) -----------------------------------------
   // Forgets a block's split: its lower part's bytes leave the lower tier's accounting, and

@@ -161,15 +161,12 @@ Result<StorePin> TieredStore::Pin(std::span<const BlockKey> keys) {
   Impl& s = *impl_;
   std::vector<BlockKey> pinned;
   std::lock_guard lock(s.mu_);
-  std::optional<BlockKey> previous;
-  for (const BlockKey& key : keys) {
-    const std::optional<BlockInfo> info = s.index.Find(key);
-    auto it = s.blocks.find(key);
-    if (!info || it == s.blocks.end() || info->meta.tiers == 0 || !s.ContinuesRun(*info, previous)) break;
+  for (const BlockInfo& info : s.IndexedRunLocked(keys)) {
+    auto it = s.blocks.find(info.key);
+    if (it == s.blocks.end()) break;
     ++it->second.pins;
-    s.RefreshEvictableLocked(key);
-    pinned.push_back(key);
-    previous = key;
+    s.RefreshEvictableLocked(info.key);
+    pinned.push_back(info.key);
   }
   s.stats.pinned_blocks += pinned.size();
   return StorePin(this, std::move(pinned));
