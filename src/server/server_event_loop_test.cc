@@ -39,6 +39,14 @@ std::vector<std::byte> Payload(uint64_t chain, std::size_t bytes = kBlockBytes) 
   return payload;
 }
 
+// A put of one 4 KiB block, its payload checksummed as a client sends it.
+protocol::Put OneBlockPut(const BlockKey& key, uint64_t seed) {
+  const std::vector<std::byte> payload = Payload(seed, 4096);
+  protocol::Put put;
+  put.blocks.push_back({.key = key, .payload = {.length = 4096}, .inline_bytes = payload, .checksum = PayloadChecksum(payload)});
+  return put;
+}
+
 // A connection that speaks frames itself: it can pipeline, stop halfway or never read.
 class RawConnection {
  public:
@@ -91,6 +99,13 @@ class ServerEventLoopTest : public ::testing::Test {
     Result<std::unique_ptr<Server>> server = Server::Start(*store_, std::move(options));
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(*server);
+  }
+
+  // The store over one DRAM tier wrapped in a FaultyTier, which the test may slow down.
+  testing::FaultyTier& UseFaultyStore() {
+    auto [store, faulty] = testing::FaultyDramStore(64u << 20);
+    store_ = std::move(store);
+    return *faulty;
   }
 
   ScopedFd ConnectUnix() const {
@@ -245,12 +260,8 @@ TEST_F(ServerEventLoopTest, PipelinedRequestsComeBackInOrder) {
   constexpr uint64_t kRounds = 50;
   std::vector<std::byte> frames;
   for (uint64_t i = 0; i < kRounds; ++i) {
-    const std::vector<std::byte> payload = Payload(i, 4096);
-    protocol::Put put;
-    put.blocks.push_back({.key = Key(3, i), .payload = {.length = 4096}, .inline_bytes = payload,
-                          .checksum = PayloadChecksum(payload)});
     std::vector<std::byte> frame;
-    ASSERT_TRUE(protocol::EncodeFrame(put, 2 * i + 10, protocol::MessageType::kError, {}, frame).ok());
+    ASSERT_TRUE(protocol::EncodeFrame(OneBlockPut(Key(3, i), i), 2 * i + 10, protocol::MessageType::kError, {}, frame).ok());
     frames.insert(frames.end(), frame.begin(), frame.end());
     frame.clear();  // EncodeFrame appends
     ASSERT_TRUE(protocol::EncodeFrame(protocol::Lookup{{{Key(3, i)}, {Key(3, i + 1)}}}, 2 * i + 11, protocol::MessageType::kError, {}, frame).ok());
@@ -284,11 +295,7 @@ TEST_F(ServerEventLoopTest, ConnectionsOnSeveralLoopsShareOneStoreAndLeaveCleanl
     ASSERT_TRUE(clients.back()->Hello().ok()) << c;
   }
   for (uint64_t c = 0; c < kClients; ++c) {
-    const std::vector<std::byte> payload = Payload(c, 4096);
-    protocol::Put put;
-    put.blocks.push_back({.key = Key(6, c), .payload = {.length = 4096}, .inline_bytes = payload,
-                          .checksum = PayloadChecksum(payload)});
-    ASSERT_TRUE(clients[c]->Send(put, 1).ok());
+    ASSERT_TRUE(clients[c]->Send(OneBlockPut(Key(6, c), c), 1).ok());
   }
   for (uint64_t c = 0; c < kClients; ++c) {
     Result<std::pair<uint64_t, protocol::Message>> reply = clients[c]->Receive();
@@ -321,32 +328,18 @@ TEST_F(ServerEventLoopTest, ConnectionsOnSeveralLoopsShareOneStoreAndLeaveCleanl
 }
 
 TEST_F(ServerEventLoopTest, LookupsAreAnsweredWhileTheOnlyWorkerWaitsOnASlowTier) {
-  Result<std::unique_ptr<Tier>> dram = NewDramTier(
-      {.name = "dram", .capacity_bytes = 64u << 20, .lock_memory = false, .huge_pages = false, .pin_for_gpu = false});
-  ASSERT_TRUE(dram.ok()) << dram.status().ToString();
-  auto faulty = std::make_unique<testing::FaultyTier>(std::move(*dram));
-  testing::FaultyTier& slow = *faulty;
-  std::vector<std::unique_ptr<Tier>> tiers;
-  tiers.push_back(std::move(faulty));
-  Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(std::move(tiers), {});
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  store_ = std::move(*store);
+  testing::FaultyTier& slow = UseFaultyStore();
   ServerOptions options;
   options.workers = 1;
   StartServer(options);
   RawConnection writer(ConnectUnix()), reader(ConnectUnix());
   ASSERT_TRUE(writer.Hello().ok());
   ASSERT_TRUE(reader.Hello().ok());
-  const std::vector<std::byte> payload = Payload(5, 4096);
-  protocol::Put put;
-  put.blocks.push_back({.key = Key(5, 0), .payload = {.length = 4096}, .inline_bytes = payload,
-                        .checksum = PayloadChecksum(payload)});
-  ASSERT_TRUE(writer.Send(put, 3).ok());
+  ASSERT_TRUE(writer.Send(OneBlockPut(Key(5, 0), 5), 3).ok());
   ASSERT_TRUE(writer.Receive().ok());
   // The next put holds the only worker for 3 s in the tier; a lookup needs no worker.
   slow.AddLatency(std::chrono::seconds(3));
-  put.blocks[0].key = Key(5, 1);
-  ASSERT_TRUE(writer.Send(put, 4).ok());
+  ASSERT_TRUE(writer.Send(OneBlockPut(Key(5, 1), 5), 4).ok());
   const auto deadline = Clock::now() + std::chrono::seconds(10);
   while (metrics_.Read().in_flight < 1 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_EQ(metrics_.Read().in_flight, 1);
@@ -365,16 +358,7 @@ TEST_F(ServerEventLoopTest, LookupsAreAnsweredWhileTheOnlyWorkerWaitsOnASlowTier
 }
 
 TEST_F(ServerEventLoopTest, ShutdownFinishesTheRequestsInFlightAndSendsTheirReplies) {
-  Result<std::unique_ptr<Tier>> dram = NewDramTier(
-      {.name = "dram", .capacity_bytes = 64u << 20, .lock_memory = false, .huge_pages = false, .pin_for_gpu = false});
-  ASSERT_TRUE(dram.ok()) << dram.status().ToString();
-  auto faulty = std::make_unique<testing::FaultyTier>(std::move(*dram));
-  faulty->AddLatency(std::chrono::milliseconds(300));
-  std::vector<std::unique_ptr<Tier>> tiers;
-  tiers.push_back(std::move(faulty));
-  Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(std::move(tiers), {});
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  store_ = std::move(*store);
+  UseFaultyStore().AddLatency(std::chrono::milliseconds(300));
   constexpr uint32_t kClients = 4;
   ServerOptions options;
   options.workers = kClients;
@@ -387,11 +371,7 @@ TEST_F(ServerEventLoopTest, ShutdownFinishesTheRequestsInFlightAndSendsTheirRepl
     ASSERT_TRUE(clients.back()->Hello().ok());
   }
   for (uint32_t c = 0; c < kClients; ++c) {
-    const std::vector<std::byte> payload = Payload(c, 4096);
-    protocol::Put put;
-    put.blocks.push_back({.key = Key(4, c), .payload = {.length = 4096}, .inline_bytes = payload,
-                          .checksum = PayloadChecksum(payload)});
-    ASSERT_TRUE(clients[c]->Send(put, 7).ok());
+    ASSERT_TRUE(clients[c]->Send(OneBlockPut(Key(4, c), c), 7).ok());
   }
   // Every put is being served (each waits in the slow tier) when the server is told to stop.
   const auto deadline = Clock::now() + std::chrono::seconds(10);

@@ -94,17 +94,9 @@ class ServerTest : public ::testing::Test {
 
   // Replaces the store (before StartServer) with one over a FaultyTier around DRAM.
   testing::FaultyTier* UseFaultyStore() {
-    Result<std::unique_ptr<Tier>> dram = NewDramTier(
-        {.name = "dram", .capacity_bytes = 64u << 20, .lock_memory = false, .huge_pages = false, .pin_for_gpu = false});
-    EXPECT_TRUE(dram.ok()) << dram.status().ToString();
-    auto faulty = std::make_unique<testing::FaultyTier>(std::move(*dram));
-    testing::FaultyTier* handle = faulty.get();
-    std::vector<std::unique_ptr<Tier>> tiers;
-    tiers.push_back(std::move(faulty));
-    Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(std::move(tiers), {});
-    EXPECT_TRUE(store.ok()) << store.status().ToString();
-    store_ = std::move(*store);
-    return handle;
+    auto [store, faulty] = testing::FaultyDramStore(64u << 20);
+    store_ = std::move(store);
+    return faulty;
   }
 
   // A client that speaks the protocol itself, over its own shared segment: it can change a

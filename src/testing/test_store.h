@@ -17,6 +17,7 @@
 
 #include "kvtier/store.h"
 #include "kvtier/tiers.h"
+#include "testing/faulty_tier.h"
 
 namespace kvtier::testing {
 
@@ -38,6 +39,21 @@ inline std::unique_ptr<TieredStore> DramOnlyStore(uint64_t capacity_bytes) {
   Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(std::move(tiers), {});
   EXPECT_TRUE(store.ok()) << store.status().ToString();
   return store.ok() ? std::move(*store) : nullptr;
+}
+
+// A store of one TestDram tier inside a FaultyTier, and that FaultyTier, for the test to slow
+// down or make fail (owned by the store).
+inline std::pair<std::unique_ptr<TieredStore>, FaultyTier*> FaultyDramStore(uint64_t capacity_bytes) {
+  std::unique_ptr<Tier> dram = TestDram(capacity_bytes);
+  if (dram == nullptr) return {nullptr, nullptr};
+  auto faulty = std::make_unique<FaultyTier>(std::move(dram));
+  FaultyTier* const handle = faulty.get();
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(std::move(faulty));
+  Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(std::move(tiers), {});
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  if (!store.ok()) return {nullptr, nullptr};
+  return {std::move(*store), handle};
 }
 
 // Chains of blocks with known contents, for tests that put them and read them back: chain c's
