@@ -176,9 +176,19 @@ void Connection::Read() {
 void Connection::StartNext() {
   // A lookup served here costs less than its hand-off: a worker woken and the loop woken
   // back are two thread wake-ups, more CPU than the lookup itself. A few per turn, so that
-  // one client's pipeline of lookups cannot keep the loop from the other connections.
-  for (int here = 0; here < kLookupsOnLoopPerTurn && !busy_ && phase_ == Phase::kOpen && !requests_.empty(); ++here) {
-    if (!context_.lookups_on_loop || requests_.front().header.type != protocol::MessageType::kLookup) break;
+  // one client's pipeline of lookups cannot keep the loop from the other connections; the
+  // rest wait for the loop's next round (not for a worker, which may be held by slow I/O).
+  for (int here = 0; !busy_ && phase_ == Phase::kOpen && !requests_.empty() && context_.lookups_on_loop &&
+                     requests_.front().header.type == protocol::MessageType::kLookup;
+       ++here) {
+    if (here == kLookupsOnLoopPerTurn) {
+      context_.loop.Post([this] {
+        if (phase_ == Phase::kClosed) return;
+        StartNext();
+        UpdateInterest();
+      });
+      return;
+    }
     AssembledFrame frame = std::move(requests_.front());
     requests_.pop_front();
     request_bytes_ -= frame.payload.size();
