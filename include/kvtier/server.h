@@ -77,7 +77,7 @@ struct ServerOptions {
   // Connections open at once; more are refused with an error. Each costs the daemon one
   // descriptor (the daemon raises its RLIMIT_NOFILE to fit), no thread. Default: 4,096
   uint32_t max_connections = 4096;
-  // Threads that serve requests; connections are many more, waiting in one event loop. A
+  // Threads that serve requests; connections are many more, waiting in the event loops. A
   // request blocks its worker on tier I/O (an NVMe read, a Redis round trip, a write-through
   // sync), so the pool is wider than the cores. Default: 0, four per hardware thread, 8 to 64
   uint32_t workers = 0;
