@@ -277,19 +277,17 @@ void PrefixIndex::FindRun(std::span<const BlockKey> keys, RunStart start, std::v
   std::shared_lock lock(mutex_);
   const SlotArray& slots = *slots_;
   const std::size_t n = slots.size();
-  // As LongestPrefix: the slots of block i + 8 are prefetched while block i is checked, and
-  // a block's node (read for its snapshot) as soon as its slot is found.
+  // As LongestPrefix: the slots of block i + 8 are prefetched while block i is checked.
   constexpr std::size_t kSlotDistance = 8;
   auto prefetch_slot = [&](std::size_t i) { __builtin_prefetch(&slots[Home(keys[i].lo, n)]); };
+  auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
   for (std::size_t i = 0; i < std::min(kSlotDistance, keys.size()); ++i) prefetch_slot(i);
   uint32_t previous = kNoNode;
   for (std::size_t k = 0; k < keys.size(); ++k) {
     if (k + kSlotDistance < keys.size()) prefetch_slot(k + kSlotDistance);
-    const BlockKey& key = keys[k];
-    std::size_t i = Home(key.lo, n);
-    while (slots[i].node != kNoNode && !(slots[i].lo == key.lo && arena_->at(slots[i].node).key == key)) i = Next(i, n);
+    const std::size_t i = FindSlot(slots, node_key, keys[k]);
+    if (i == n) break;
     const Slot& slot = slots[i];
-    if (slot.node == kNoNode) break;
     const bool continues = k > 0 ? slot.parent == previous : start == RunStart::kAnyBlock || slot.parent == kNoNode;
     if (!continues) break;
     out.push_back(InfoLocked(slot.node));

@@ -173,6 +173,14 @@ void Connection::Read() {
   }
 }
 
+AssembledFrame Connection::TakeNextRequest() {
+  AssembledFrame frame = std::move(requests_.front());
+  requests_.pop_front();
+  request_bytes_ -= frame.payload.size();
+  busy_ = true;
+  return frame;
+}
+
 void Connection::StartNext() {
   // A lookup served here costs less than its hand-off: a worker woken and the loop woken
   // back are two thread wake-ups, more CPU than the lookup itself. A few per turn, so that
@@ -189,18 +197,12 @@ void Connection::StartNext() {
       });
       return;
     }
-    AssembledFrame frame = std::move(requests_.front());
-    requests_.pop_front();
-    request_bytes_ -= frame.payload.size();
-    busy_ = true;
+    AssembledFrame frame = TakeNextRequest();
     Finish(Serve(frame));
   }
   if (busy_ || phase_ != Phase::kOpen) return;
   if (!requests_.empty()) {
-    busy_ = true;
-    auto frame = std::make_shared<AssembledFrame>(std::move(requests_.front()));
-    requests_.pop_front();
-    request_bytes_ -= frame->payload.size();
+    auto frame = std::make_shared<AssembledFrame>(TakeNextRequest());
     // No earlier reply waits (none can be queued while this request runs), and the loop's
     // reads do not race a plain socket's writes: the worker may send the reply itself.
     const bool send_here = replies_.empty() && stream_->ConcurrentReadWrite();

@@ -92,6 +92,7 @@ class Connection {
   void Read();
   void Flush();
   void StartNext();
+  AssembledFrame TakeNextRequest();  // the oldest request, now running (busy_)
   void OnServed(Served served);
   void Finish(Served served);  // OnServed without starting the next request
   void SendWhatFits(Served& served);

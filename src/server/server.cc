@@ -32,17 +32,9 @@ namespace {
 // How often deadlines are checked (a stalled frame, a handshake, a reply not taken).
 constexpr int kTickMs = 25;
 
-// Whether a lookup may reach past this node's index, to a tier other nodes share.
-bool HasSharedTier(TieredStore& store) {
-  for (std::size_t t = 0; t < store.tier_count(); ++t) {
-    if (store.tier(t).shared()) return true;
-  }
-  return false;
-}
-
 // How long accepting pauses when the process is out of descriptors.
 constexpr int kAcceptPauseMs = 100;
-// Far beyond any machine's cores: a mistyped worker count, not a tuning.
+// Far beyond any machine's cores: a mistyped worker or loop count, not a tuning.
 constexpr uint32_t kMaxWorkers = 1024;
 constexpr uint32_t kMaxEventLoops = 256;
 // Connections the kernel queues before the loop accepts them: as many as it allows
@@ -101,6 +93,14 @@ Result<std::pair<ScopedFd, uint16_t>> ListenTcp(const std::string& host, uint16_
   const uint16_t bound_port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
                                                           : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   return std::pair<ScopedFd, uint16_t>(std::move(fd), bound_port);
+}
+
+// Whether a lookup may reach past this node's index, to a tier other nodes share.
+bool HasSharedTier(TieredStore& store) {
+  for (std::size_t t = 0; t < store.tier_count(); ++t) {
+    if (store.tier(t).shared()) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -297,11 +297,7 @@ struct Server::Impl {
     }
     for (const std::unique_ptr<LoopShard>& shard : shards) {
       LoopShard* const here = shard.get();
-      if (here == &acceptor()) {
-        StopShard(*here);
-      } else {
-        here->loop->Post([this, here] { StopShard(*here); });
-      }
+      here->loop->Post([this, here] { StopShard(*here); });
     }
   }
 
