@@ -47,6 +47,7 @@
 #include "kvtier/kv_block_layout.h"
 #include "kvtier/lock_profile.h"
 #include "kvtier/prefetch_window.h"
+#include "kvtier/promotion_gate.h"
 #include "kvtier/reuse_predictor.h"
 #include "kvtier/status.h"
 #include "kvtier/tier.h"
@@ -97,6 +98,10 @@ struct StoreOptions {
   // Bayes only: a demotion victim whose P_reuse is below this is dropped, not moved down.
   double drop_below_p_reuse = 0.02;  // Default: 0.02
   bool promote_on_read = true;       // Default: true
+  // Which blocks read from a networked tier are promoted: as many as are read again often
+  // enough to pay for their copy (promotion_gate.h; one gate per networked tier). Default:
+  // adaptive.
+  PromotionGateOptions promotion_gate;
   bool prefetch = true;              // Default: true (RoPE-aware, adaptive window)
   PrefetchWindowOptions prefetch_window;  // Default: prefetch_window.h's
   int mover_threads = 2;             // Default: 2
@@ -184,6 +189,11 @@ struct StoreTierStats {
   uint64_t hits = 0;        // blocks a Get read from this tier
   uint64_t promotions = 0;  // blocks copied into this tier from below
   uint64_t demotions = 0;   // blocks moved from this tier to a lower one
+  // A networked tier's promotion gate (promotion_gate.h): blocks read from here that it left
+  // here; blocks it promoted that were read from above before they left (used) or not
+  // (wasted); the share of blocks it promotes now (1 for a tier without a gate).
+  uint64_t promotions_declined = 0, promotions_used = 0, promotions_wasted = 0;
+  double promotion_rate = 1;
   uint64_t drops = 0;       // blocks dropped from the store while in this tier
   uint64_t refused = 0;     // admissions the policy refused
   // Evictions the tier itself failed to complete (an NVMe slot header it could not zero):

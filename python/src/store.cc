@@ -137,6 +137,10 @@ py::dict StoreStatsToPython(const StoreStats& s) {
     d["demotions"] = t.demotions;
     d["drops"] = t.drops;
     d["refused"] = t.refused;
+    d["promotions_declined"] = t.promotions_declined;
+    d["promotions_used"] = t.promotions_used;
+    d["promotions_wasted"] = t.promotions_wasted;
+    d["promotion_rate"] = t.promotion_rate;
     tiers.append(d);
   }
   py::dict d;

@@ -253,6 +253,7 @@ TEST(ServeConfig, MistakesAreNamed) {
       {tiers + "limits:\n  workers: 5000\n", "'workers' must be an integer from 0 to 1024"},
       {tiers + "limits:\n  workers: -1\n", "'workers' must be an integer from 0 to 1024"},
       {tiers + "limits:\n  event_loops: 300\n", "'event_loops' must be an integer from 0 to 256"},
+      {tiers + "store:\n  promotion: sometimes\n", "'sometimes' is not adaptive or always"},
       {tiers + "model:\n  name: no-such-model\n", "model.name"},
       {"tiers: [\n", "not valid YAML"},
   };
@@ -268,6 +269,10 @@ TEST(ServeConfig, MistakesAreNamed) {
   EXPECT_EQ(ok->server.workers, 0u) << "the machine's hardware threads";
   EXPECT_EQ(ok->server.max_connections, 4096u);
   EXPECT_EQ(ok->server.event_loops, 0u) << "one per four hardware threads";
+  EXPECT_TRUE(ok->store.promotion_gate.adaptive);
+  ok = ParseServeConfig(tiers + "store:\n  persistence: none\n  promotion: always\n", "t");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_FALSE(ok->store.promotion_gate.adaptive);
   ok = ParseServeConfig(tiers + "store:\n  persistence: none\nlimits:\n  workers: 6\n  event_loops: 3\n", "t");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->server.workers, 6u);

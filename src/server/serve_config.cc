@@ -26,7 +26,8 @@ std::string UnderDataDir(const std::string& data_dir, const std::string& path) {
 Status ParseStore(const YAML::Node& node, const std::string& where, ServeConfig& c) {
   const YamlMap m(node, where);
   KVTIER_RETURN_IF_ERROR(m.CheckKeys({"policy", "high_watermark", "low_watermark", "mover_threads", "prefetch",
-                                      "persistence", "persist_tier", "journal", "persist_sync", "publish"}));
+                                      "promotion", "persistence", "persist_tier", "journal", "persist_sync",
+                                      "publish"}));
   if (m.Has("policy")) {
     KVTIER_ASSIGN_OR_RETURN(std::string name, m.String("policy"));
     Result<PolicyKind> policy = ParsePolicyKind(name);
@@ -44,6 +45,13 @@ Status ParseStore(const YAML::Node& node, const std::string& where, ServeConfig&
   }
   if (m.Has("prefetch")) {
     KVTIER_ASSIGN_OR_RETURN(c.store.prefetch, m.Bool("prefetch"));
+  }
+  if (m.Has("promotion")) {
+    KVTIER_ASSIGN_OR_RETURN(std::string promotion, m.String("promotion"));
+    if (promotion != "adaptive" && promotion != "always") {
+      return Status::InvalidArgument(where + ".promotion: '" + promotion + "' is not adaptive or always");
+    }
+    c.store.promotion_gate.adaptive = promotion == "adaptive";
   }
   if (m.Has("publish")) {
     KVTIER_ASSIGN_OR_RETURN(std::string publish, m.String("publish"));

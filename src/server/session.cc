@@ -40,7 +40,9 @@ std::string StatsJson(const StoreStats& s, const std::string& predictor_json) {
     tiers.push_back({{"name", t.name}, {"kind", TierKindName(t.kind)}, {"capacity_bytes", t.capacity_bytes},
                      {"used_bytes", t.used_bytes}, {"blocks", t.blocks}, {"hits", t.hits},
                      {"promotions", t.promotions}, {"demotions", t.demotions}, {"drops", t.drops},
-                     {"refused", t.refused}});
+                     {"refused", t.refused}, {"promotions_declined", t.promotions_declined},
+                     {"promotions_used", t.promotions_used}, {"promotions_wasted", t.promotions_wasted},
+                     {"promotion_rate", t.promotion_rate}});
   }
   const nlohmann::json out = {
       {"tiers", tiers},

@@ -386,6 +386,11 @@ void TieredStore::Impl::FinishPromotion(Promotion& move, bool prefetch) {
   if (placed.ok() && *placed >= 0) {
     AddToTierLocked(move.key, *placed, move.meta, it->second);
     ++tier_state(*placed).stats.promotions;
+    // A Get's promotions from a networked tier went through its gate; their outcome settles it.
+    if (!prefetch && promotion_gates[static_cast<std::size_t>(move.from)] != nullptr) {
+      it->second.promoted_to = static_cast<int8_t>(*placed);
+      it->second.promoted_from = static_cast<int8_t>(move.from);
+    }
     if (prefetch && *placed == 0) {
       it->second.prefetched = true;
       prefetch_window->OnPrefetched(1, move.meta.size_bytes);

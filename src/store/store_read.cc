@@ -1,6 +1,7 @@
 // The store's read path (store_state.h): Lookup, Get, and reads that gather a block split
 // across two tiers.
 #include <algorithm>
+#include <limits>
 
 #include "store/store_state.h"
 
@@ -113,8 +114,12 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
     ++read;
     previous = keys[i];
     if (hit->tier == 0) continue;
-    from_below.push_back(keys[i]);
-    if (options.promote_on_read && !options.metadata_only && !hit->gathered && (networked & (1u << hit->tier))) {
+    const bool from_network = (networked & (1u << hit->tier)) != 0;
+    PromotionGate* const gate = promotion_gates[static_cast<std::size_t>(hit->tier)].get();
+    const bool promote =
+        options.promote_on_read && (gate == nullptr || gate->Admit(PromotionBreakEven(hit->tier, hit->bytes)));
+    if (promote) from_below.push_back(keys[i]);
+    if (promote && !options.metadata_only && !hit->gathered && from_network) {
       // A copy now costs less than reading the block over the network a second time.
       if (held.buffer.capacity() == 0) {  // room for every block planned from below: no regrowth
         std::size_t below = 0;
@@ -147,11 +152,17 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
   }
   // A tier drops a block whose checksum failed; the halves of a split one are dropped here.
   for (const auto& [t, key] : evict) EvictFrom(t, key);
-  if (options.promote_on_read && !from_below.empty()) {
+  if (!from_below.empty()) {
     PromoteOrPrefetch(std::move(from_below), /*prefetch=*/false, std::move(held));
   }
   KickRebalances();
   return read;
+}
+
+double TieredStore::Impl::PromotionBreakEven(int t, std::size_t bytes) const {
+  const double top = tier_state(0).cost.LoadSeconds(bytes);
+  const double saved = tier_state(t).cost.LoadSeconds(bytes) - top;
+  return saved > 0 ? top / saved : std::numeric_limits<double>::infinity();
 }
 
 std::vector<TieredStore::Impl::PlannedRead> TieredStore::Impl::PlanReads(std::span<const BlockKey> keys) const {
@@ -274,6 +285,7 @@ void TieredStore::Impl::RecordHitLocked(const BlockKey& key, int t, TransitionTy
   ts.policy->Touch(key, transition, Now());
   index.Touch({&key, 1}, static_cast<uint64_t>(Now() * 1e6));
   auto it = blocks.find(key);
+  if (it != blocks.end() && it->second.promoted_to >= t) SettlePromotionLocked(it->second, /*used=*/true);
   if (t == 0 && it != blocks.end() && it->second.prefetched) {
     it->second.prefetched = false;
     ++stats.prefetch_used;

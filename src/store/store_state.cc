@@ -94,12 +94,19 @@ void TieredStore::Impl::RemoveFromTierLocked(const BlockKey& key, int t, uint32_
   ts.policy->Remove(key, Now());
   auto it = blocks.find(key);
   if (it != blocks.end()) ++it->second.placement;
+  if (it != blocks.end() && it->second.promoted_to == t) SettlePromotionLocked(it->second, /*used=*/false);
   if (t == 0 && it != blocks.end() && it->second.prefetched) {
     it->second.prefetched = false;
     ++stats.prefetch_wasted;
     stats.prefetch_wasted_bytes += bytes;
     prefetch_window->OnWasted(1, bytes);
   }
+}
+
+void TieredStore::Impl::SettlePromotionLocked(Block& b, bool used) {
+  PromotionGate& gate = *promotion_gates[static_cast<std::size_t>(b.promoted_from)];
+  used ? gate.OnUsed() : gate.OnWasted();
+  b.promoted_to = b.promoted_from = -1;
 }
 
 void TieredStore::Impl::ForgetLocked(const BlockKey& key) {

@@ -69,6 +69,11 @@ struct TieredStore::Impl {
     // a read that misses a copy whose placement did not change meanwhile knows the tier lost it.
     uint64_t placement = 0;
     bool prefetched = false;  // brought up by prefetch and not used since
+    // A promotion through a gate (promotion_gate.h) placed it in tier `promoted_to` from
+    // `promoted_from`, and it was not read from there since; -1 otherwise. Its first read
+    // there or its leaving settles the promotion with that gate.
+    int8_t promoted_to = -1;
+    int8_t promoted_from = -1;
     // Head-granular: the copy in `upper_tier` holds only the units not in `lower`, packed;
     // the `lower` units are packed under PartKey(key) in `lower_tier`.
     struct Split {
@@ -106,6 +111,9 @@ struct TieredStore::Impl {
   std::vector<TierState> tiers;                              // GUARDED_BY(mu_) except `tier`
   StoreStats stats;                                          // GUARDED_BY(mu_): the store-wide counters
   std::unique_ptr<PrefetchWindow> prefetch_window;           // thread-safe itself
+  // Per tier, a gate for each networked one (null for the others): which of the blocks read
+  // from there are promoted. Set in Open; the gates are thread-safe themselves.
+  std::vector<std::unique_ptr<PromotionGate>> promotion_gates;
   store_internal::ExpectedReads expected;                    // GUARDED_BY(mu_)
   uint64_t expect_sequence = 0;                              // GUARDED_BY(mu_): the last Expect's order
 
@@ -183,6 +191,14 @@ struct TieredStore::Impl {
   // for each) whose blocks each have a copy in some tier. Requires `mu_` (any mode). The view
   // is this thread's, valid until its next call.
   std::span<const BlockInfo> IndexedRunLocked(std::span<const BlockKey> keys) const;
+
+  // The share of promotions from tier `t` into the fastest tier that must be read again for
+  // them to pay (PromotionGate::Admit): loading `bytes` from the fastest tier (what the copy
+  // up costs) over what loading them from there saves against tier `t`, by the tiers' costs
+  // (set only in Open: no lock needed). Infinite when tier `t` is no slower.
+  double PromotionBreakEven(int t, std::size_t bytes) const;
+  // Settles a gated promotion of `b` (Block::promoted_to) as used or wasted.
+  void SettlePromotionLocked(Block& b, bool used);
 
   // --- Bookkeeping under `mu_` (store_state.cc) -----------------------------------------
   // Forgets a block's split: its lower part's bytes leave the lower tier's accounting, and

@@ -19,6 +19,7 @@ Status StoreOptions::Validate() const {
     return Status::InvalidArgument("store: drop_below_p_reuse must be in [0, 1]");
   }
   KVTIER_RETURN_IF_ERROR(prefetch_window.Validate().WithContext("store: prefetch_window"));
+  KVTIER_RETURN_IF_ERROR(promotion_gate.Validate().WithContext("store"));
   for (const TierCost& cost : tier_costs) KVTIER_RETURN_IF_ERROR(cost.Validate().WithContext("store: tier_costs"));
   if (mover_threads < 1 || mover_threads > 256) return Status::InvalidArgument("store: mover_threads must be 1 to 256");
   if (max_queued_moves < 1) return Status::InvalidArgument("store: max_queued_moves must be at least 1");
@@ -95,6 +96,12 @@ Result<std::unique_ptr<TieredStore>> TieredStore::Open(std::vector<std::unique_p
   }
   impl->options = std::move(options);
   KVTIER_RETURN_IF_ERROR(impl->FindSharedTier());
+  impl->promotion_gates.resize(impl->tiers.size());
+  for (int t = 1; t <= impl->last_tier(); ++t) {
+    if ((impl->networked & (1u << t)) == 0) continue;
+    KVTIER_ASSIGN_OR_RETURN(impl->promotion_gates[static_cast<std::size_t>(t)],
+                            PromotionGate::Create(impl->options.promotion_gate));
+  }
   if (impl->options.persistence) {
     impl->persist_tier = static_cast<int>(impl->options.persistence->tier);
     for (int t = impl->persist_tier; t <= impl->last_tier(); ++t) {
@@ -229,6 +236,13 @@ StoreStats TieredStore::GetStats() const {
     t.capacity_bytes = ts.capacity;
     t.used_bytes = ts.used;
     t.blocks = ts.blocks;
+    if (const PromotionGate* gate = s.promotion_gates[out.tiers.size()].get()) {
+      const PromotionGateCounters gated = gate->counters();
+      t.promotions_declined = gated.declined;
+      t.promotions_used = gated.used;
+      t.promotions_wasted = gated.wasted;
+      t.promotion_rate = gated.rate;
+    }
     out.tiers.push_back(t);
   }
   out.prefetch_window = s.prefetch_window->window();
