@@ -78,6 +78,21 @@ struct RedisAuth {
   std::string password;
 };
 
+// Takes the bytes of a string reply where hiredis's reader holds them, so that a large value is
+// copied once, to where it goes, instead of into a reply object first (hiredis's default, which
+// cost a reading node a quarter of its CPU: docs/cluster.md). The bytes are valid during Take.
+class RedisStringSink {
+ public:
+  virtual void Take(std::string_view value) = 0;
+
+ protected:
+  ~RedisStringSink() = default;
+};
+
+// A string reply whose bytes went to a sink: its type is REDIS_REPLY_STRING, its `len` the
+// value's, and it holds no bytes.
+bool IsTakenStringReply(const redisReply& reply);
+
 class RedisConnection {
  public:
   // Connects within `timeout`, sets it as the timeout of every later send and receive, and
@@ -92,8 +107,10 @@ class RedisConnection {
   // Queues a command; nothing is sent before the next GetReply.
   Status Append(RedisArgs& args);
   // Sends what is queued, then waits for the next reply (error replies are replies, not
-  // errors). Unavailable when the connection failed; it is then broken.
-  Result<RedisReply> GetReply();
+  // errors). Unavailable when the connection failed; it is then broken. With `sink`, a string
+  // reply (a bulk string at the top level: not a status, an error or an array's element) is
+  // handed to it, and the reply returned holds no bytes (IsTakenStringReply).
+  Result<RedisReply> GetReply(RedisStringSink* sink = nullptr);
   // Append and GetReply.
   Result<RedisReply> Command(RedisArgs& args);
 

@@ -144,6 +144,17 @@ struct RemoteTier::Chunk {
   bool node_failed = false;
 };
 
+// Hands operation i's value to the batch's take_value.
+class RemoteTier::ValueSink final : public RedisStringSink {
+ public:
+  ValueSink(const CommandBatch& batch, std::size_t i) : batch_(batch), i_(i) {}
+  void Take(std::string_view value) override { batch_.take_value(i_, value); }
+
+ private:
+  const CommandBatch& batch_;
+  std::size_t i_;
+};
+
 void RemoteTier::RunChunk(Chunk& chunk, CommandBatch& batch) const {
   Result<RedisNode::Lease> lease = chunk.node->Borrow();
   if (!lease.ok()) {
@@ -181,7 +192,8 @@ void RemoteTier::RunChunk(Chunk& chunk, CommandBatch& batch) const {
           break;
         }
       }
-      Result<RedisReply> reply = connection.GetReply();
+      ValueSink sink(batch, i);
+      Result<RedisReply> reply = connection.GetReply(batch.take_value ? &sink : nullptr);
       if (!reply.ok()) {
         failure = reply.status();
         break;
@@ -409,6 +421,7 @@ std::vector<Result<std::size_t>> RemoteTier::ReadBatch(std::span<const ReadOp> o
       return miss(i, "is unreachable: " + reply.status().message());
     }
     const redisReply& value_reply = **reply;
+    if (IsTakenStringReply(value_reply)) return;
     if (value_reply.type == REDIS_REPLY_NIL) {
       Forget(op.key);  // expired, evicted by the server, or lost with a restarted node
       return miss(i, "is not here");
@@ -425,7 +438,10 @@ std::vector<Result<std::size_t>> RemoteTier::ReadBatch(std::span<const ReadOp> o
       results[i] = std::move(status);
       return;
     }
-    const std::string_view value = ReplyText(value_reply);
+    // A value: take_value has settled it, from the reader's buffer.
+  };
+  batch.take_value = [&](std::size_t i, std::string_view value) {
+    const ReadOp& op = ops[i];
     Result<ValueHeader> header = DecodeHeader(value, op.key);
     if (header.ok() && op.out.size() < header->size) {
       results[i] = Status::InvalidArgument(name() + ": a buffer of " + std::to_string(op.out.size()) +

@@ -51,6 +51,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -98,8 +99,12 @@ class RemoteTier final : public Tier {
     std::vector<std::string> keys;
     std::function<void(std::size_t i, RedisArgs& args, std::string& scratch)> build;
     std::function<void(std::size_t i, Result<RedisReply> reply)> finish;
+    // When set, operation i's string reply (a value) is handed here from the reader's buffer,
+    // before finish gets a reply without its bytes (IsTakenStringReply).
+    std::function<void(std::size_t i, std::string_view value)> take_value;
   };
   struct Chunk;
+  class ValueSink;
 
   struct Shard {
     std::mutex mutex;

@@ -17,6 +17,7 @@
 
 #include "testing/redis_server.h"
 #include "tier/redis_cluster_slots.h"
+#include "tier/redis_connection.h"
 
 namespace kvtier {
 namespace {
@@ -167,6 +168,57 @@ TEST(RemoteTier, RingRoundTripOnOneServer) {
   Result<RedisReply> length = (*servers)->Command(0, {"STRLEN", "kvtier-test:" + Key(3).ToHex()});
   ASSERT_TRUE(length.ok());
   EXPECT_EQ((*length)->integer, static_cast<long long>(RemoteTier::kHeaderBytes + 4096 + 3));
+}
+
+// A sink takes a bulk string from the reader's buffer (the reply then holds no bytes); status
+// and error replies, and the strings inside an array, are replies as hiredis makes them.
+TEST(RedisConnection, ASinkTakesTopLevelStringsOnly) {
+  SKIP_WITHOUT_REDIS();
+  Result<std::unique_ptr<RedisServers>> servers = RedisServers::StartStandalone(1);
+  ASSERT_TRUE(servers.ok()) << servers.status().ToString();
+  Result<RedisEndpoint> endpoint = ParseRedisEndpoint((*servers)->endpoint(0), false);
+  ASSERT_TRUE(endpoint.ok());
+  Result<std::unique_ptr<RedisConnection>> connection = RedisConnection::Connect(*endpoint, 5s, {});
+  ASSERT_TRUE(connection.ok()) << connection.status().ToString();
+  struct Taken final : RedisStringSink {
+    void Take(std::string_view value) override { values.emplace_back(value); }
+    std::vector<std::string> values;
+  } sink;
+  const std::string big(100'000, 'v');  // more than one of the reader's 16 KiB reads
+  RedisArgs set;
+  set.Add("SET").Add("a").Add(big);
+  RedisArgs get_a, get_missing, mget, bad;
+  get_a.Add("GET").Add("a");
+  get_missing.Add("GET").Add("missing");
+  mget.Add("MGET").Add("a").Add("a");
+  bad.Add("NO-SUCH-COMMAND");
+  for (RedisArgs* args : {&set, &get_a, &get_missing, &mget, &bad, &get_a}) ASSERT_TRUE((*connection)->Append(*args).ok());
+
+  Result<RedisReply> ok = (*connection)->GetReply(&sink);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ReplyText(**ok), "OK") << "a status reply is not taken";
+  Result<RedisReply> value = (*connection)->GetReply(&sink);
+  ASSERT_TRUE(value.ok());
+  EXPECT_TRUE(IsTakenStringReply(**value));
+  EXPECT_EQ((*value)->len, big.size());
+  ASSERT_EQ(sink.values.size(), 1u);
+  EXPECT_EQ(sink.values[0], big);
+  Result<RedisReply> nil = (*connection)->GetReply(&sink);
+  ASSERT_TRUE(nil.ok());
+  EXPECT_EQ((*nil)->type, REDIS_REPLY_NIL);
+  Result<RedisReply> array = (*connection)->GetReply(&sink);
+  ASSERT_TRUE(array.ok());
+  ASSERT_EQ((*array)->type, REDIS_REPLY_ARRAY);
+  ASSERT_EQ((*array)->elements, 2u);
+  EXPECT_EQ(ReplyText(*(*array)->element[1]), big) << "an array's strings are the array's";
+  Result<RedisReply> error = (*connection)->GetReply(&sink);
+  ASSERT_TRUE(error.ok());
+  EXPECT_TRUE(IsErrorReply(**error));
+  EXPECT_EQ(sink.values.size(), 1u);
+  Result<RedisReply> untaken = (*connection)->GetReply();
+  ASSERT_TRUE(untaken.ok());
+  EXPECT_FALSE(IsTakenStringReply(**untaken));
+  EXPECT_EQ(ReplyText(**untaken), big) << "without a sink, hiredis's own reply";
 }
 
 TEST(RemoteTier, RingSpreadsKeysOverThreeServers) {
