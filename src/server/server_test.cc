@@ -189,7 +189,7 @@ TEST_F(ServerTest, PutLookupGetThroughSharedMemory) {
 }
 
 // Lookups are answered on the event loops, so their CPU time is what `kvtier bench serve`
-// divides by the lookups served (docs/serve.md): it must grow with them, from every loop.
+// divides by the lookups served (docs/serve.md): it must grow with them.
 TEST_F(ServerTest, EventLoopsCountTheirCpuTime) {
   ServerOptions options;
   options.event_loops = 2;
