@@ -2,22 +2,40 @@
 
 #include <algorithm>
 
+#include "kvtier/server.h"
+
 namespace kvtier::bench {
 namespace {
 
 constexpr int kProjectedCores = 64;
 
+double NumberOr(const nlohmann::json& entry, const char* field, double otherwise) {
+  if (field == nullptr) return otherwise;
+  const auto it = entry.find(field);
+  return it != entry.end() && it->is_number() ? it->get<double>() : otherwise;
+}
+
 }  // namespace
 
-nlohmann::json ProjectScaling(double cpu_us_per_op, double lock_hold_us_per_op, int cores) {
-  if (cpu_us_per_op <= 0 || cores <= 0) return nullptr;
-  const double by_cpu = static_cast<double>(cores) * 1e6 / cpu_us_per_op;
-  const double by_lock = lock_hold_us_per_op > 0 ? 1e6 / lock_hold_us_per_op : by_cpu;
-  return {{"cores", cores}, {"ops_per_s", std::min(by_cpu, by_lock)}, {"bound", by_lock < by_cpu ? "metadata lock" : "cpu"}};
+nlohmann::json ProjectScaling(const OperationCost& cost, int cores) {
+  if (!(cost.cpu_us > 0) || cores <= 0) return nullptr;
+  const uint32_t loops = ServerOptions::DefaultEventLoops(static_cast<uint32_t>(cores));
+  double ops_per_s = static_cast<double>(cores) * 1e6 / cost.cpu_us;
+  const char* bound = "cpu";
+  // A bound replaces the CPU's only when strictly lower; one not measured (0) binds nothing.
+  const auto consider = [&](double rate, const char* name) {
+    if (rate < ops_per_s) {
+      ops_per_s = rate;
+      bound = name;
+    }
+  };
+  if (cost.lock_hold_us > 0) consider(1e6 / cost.lock_hold_us, "metadata lock");
+  if (cost.event_loop_cpu_us > 0) consider(static_cast<double>(loops) * 1e6 / cost.event_loop_cpu_us, "event loops");
+  return {{"cores", cores}, {"event_loops", loops}, {"ops_per_s", ops_per_s}, {"bound", bound}};
 }
 
 void AddLockFields(const LockProfile& before, const LockProfile& after, uint64_t ops, const char* cpu_field,
-                   nlohmann::json& entry) {
+                   const char* event_loop_cpu_field, nlohmann::json& entry) {
   if (ops == 0) return;
   const double n = static_cast<double>(ops);
   const double hold_us = (after.exclusive_hold_seconds - before.exclusive_hold_seconds) / n * 1e6;
@@ -27,8 +45,10 @@ void AddLockFields(const LockProfile& before, const LockProfile& after, uint64_t
   entry["lock_hold_us_per_op"] = hold_us;
   entry["lock_wait_us_per_op"] = wait_us;
   entry["lock_acquisitions_per_op"] = static_cast<double>(after.exclusive_acquisitions - before.exclusive_acquisitions) / n;
-  const nlohmann::json& cpu = entry[cpu_field];
-  entry["projected"] = cpu.is_number() ? ProjectScaling(cpu.get<double>(), hold_us, kProjectedCores) : nlohmann::json();
+  const OperationCost cost{.cpu_us = NumberOr(entry, cpu_field, 0),
+                           .lock_hold_us = hold_us,
+                           .event_loop_cpu_us = NumberOr(entry, event_loop_cpu_field, 0)};
+  entry["projected"] = ProjectScaling(cost, kProjectedCores);
 }
 
 }  // namespace kvtier::bench

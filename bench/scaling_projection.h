@@ -1,12 +1,16 @@
 // How far `kvtier bench serve`'s operations would scale on a host with many cores, projected
-// from what one operation cost on this one (docs/serve.md, "Scaling"): the daemon's CPU time
-// per operation, which more cores share out, and the time per operation that it held the store's
-// metadata lock exclusively, which no number of cores overlaps (Amdahl's serial part). The
-// projected rate is the lower of `cores` / CPU time and 1 / hold time, and `bound` names which.
-// It leaves out what only many cores would show (the lock's and the index's cache lines moving
-// between sockets, memory bandwidth), so it is an upper bound, stated as such.
+// from what one operation cost on this one (docs/serve.md, "Scaling"). Three bounds:
+//  - the daemon's CPU time per operation, which more cores share out: cores / CPU time;
+//  - the time per operation it held the store's metadata lock exclusively, which no number of
+//    cores overlaps (Amdahl's serial part): 1 / hold time;
+//  - the event loops' CPU time per operation: each loop is one thread, a serial section of its
+//    own (lookups are answered on it), so the loops a host of that size gets by default
+//    (ServerOptions::DefaultEventLoops) / loop CPU time, connections spread evenly over them.
+// The projected rate is the lowest, and `bound` names which. It leaves out what only many
+// cores would show (the lock's and the index's cache lines moving between sockets, memory
+// bandwidth, loops unevenly loaded), so it is an upper bound, stated as such.
 //
-// Thread-safety: a pure function.
+// Thread-safety: pure functions.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -15,14 +19,22 @@
 
 namespace kvtier::bench {
 
-// {cores, ops_per_s, bound: "cpu" | "metadata lock"}; null when no operation ran or no CPU
-// time was measured.
-nlohmann::json ProjectScaling(double cpu_us_per_op, double lock_hold_us_per_op, int cores);
+// What one operation cost the daemon on this host, in microseconds.
+struct OperationCost {
+  double cpu_us = 0;           // CPU time, all its threads
+  double lock_hold_us = 0;     // the metadata lock held exclusively; 0: never (no lock bound)
+  double event_loop_cpu_us = 0;  // CPU time of its event loop threads; 0: not measured (no loop bound)
+};
+
+// {cores, event_loops, ops_per_s, bound: "cpu" | "metadata lock" | "event loops"}; null when
+// no CPU time was measured or `cores` is not positive. A tie goes to "cpu".
+nlohmann::json ProjectScaling(const OperationCost& cost, int cores);
 
 // Adds lock_hold_us_per_op, lock_wait_us_per_op (both modes) and `projected` (ProjectScaling
 // for 64 cores) to a phase's JSON entry, from the lock profiles read before and after it, `ops`
-// operations and the entry's own CPU time per operation (`cpu_field`).
+// operations and the entry's own CPU time per operation (`cpu_field`) and, when
+// `event_loop_cpu_field` is not null, its event loops' CPU time per operation.
 void AddLockFields(const LockProfile& before, const LockProfile& after, uint64_t ops, const char* cpu_field,
-                   nlohmann::json& entry);
+                   const char* event_loop_cpu_field, nlohmann::json& entry);
 
 }  // namespace kvtier::bench

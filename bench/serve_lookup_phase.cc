@@ -1,10 +1,15 @@
 #include "serve_lookup_phase.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <string_view>
+
+#include <httplib.h>
 
 #include "kvtier/client.h"
 #include "kvtier/protocol.h"
@@ -59,6 +64,26 @@ Result<uint64_t> LookupReplyBytes(int chain_blocks) {
   return frame.size();
 }
 
+// The daemon's event loops' CPU time so far (kvtier_event_loop_cpu_seconds_total on its
+// /metrics, which each loop brings up to date every 25 ms tick).
+Result<double> EventLoopCpuSeconds(const ServeDaemon& daemon) {
+  httplib::Client client("127.0.0.1", daemon.metrics_port());
+  client.set_connection_timeout(5);
+  client.set_read_timeout(5);
+  const httplib::Result got = client.Get("/metrics");
+  if (!got || got->status != 200) {
+    const std::string why = got ? "HTTP " + std::to_string(got->status) : httplib::to_string(got.error());
+    return Status::Unavailable("kvtier serve's /metrics on port " + std::to_string(daemon.metrics_port()) +
+                               " did not answer: " + why);
+  }
+  constexpr std::string_view kSample = "kvtier_event_loop_cpu_seconds_total ";
+  std::istringstream lines(got->body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with(kSample)) return std::strtod(line.c_str() + kSample.size(), nullptr);
+  }
+  return Status::Internal("kvtier serve's /metrics has no sample kvtier_event_loop_cpu_seconds_total");
+}
+
 double Percentile(const std::vector<float>& sorted, double p) {
   if (sorted.empty()) return 0;
   return sorted[std::min(sorted.size() - 1, static_cast<std::size_t>(p * static_cast<double>(sorted.size())))];
@@ -73,7 +98,7 @@ double Mean(const std::vector<float>& values) {
 // One client count on one pinned daemon: the load, the daemon's CPU and its own lookup time.
 Result<nlohmann::json> MeasureClients(const ServeDaemon& daemon, const LookupPhaseOptions& o, int cores, int clients,
                                       const std::vector<std::vector<BlockKey>>& chains) {
-  std::optional<Result<double>> cpu_before;
+  std::optional<Result<double>> cpu_before, loop_cpu_before;
   std::optional<Result<MetricsSample>> metrics_before;
   LookupLoadOptions load{.port = daemon.tcp_port(), .unix_socket = o.tcp ? "" : daemon.socket_path(),
                          .clients = clients, .threads = o.threads, .seconds = o.seconds,
@@ -81,12 +106,18 @@ Result<nlohmann::json> MeasureClients(const ServeDaemon& daemon, const LookupPha
   load.at_window_start = [&] {
     cpu_before.emplace(daemon.CpuSeconds());
     metrics_before.emplace(daemon.Metrics("lookup"));
+    loop_cpu_before.emplace(EventLoopCpuSeconds(daemon));
   };
   KVTIER_ASSIGN_OR_RETURN(LookupLoadResult r, RunLookupLoad(load, chains));
   KVTIER_ASSIGN_OR_RETURN(const double cpu_after, daemon.CpuSeconds());
   KVTIER_ASSIGN_OR_RETURN(const MetricsSample after, daemon.Metrics("lookup"));
+  KVTIER_ASSIGN_OR_RETURN(const double loop_cpu_after, EventLoopCpuSeconds(daemon));
   KVTIER_RETURN_IF_ERROR(cpu_before->status());
   KVTIER_RETURN_IF_ERROR(metrics_before->status());
+  KVTIER_RETURN_IF_ERROR(loop_cpu_before->status());
+  const auto per_lookup_us = [&r](double seconds) {
+    return r.lookups > 0 ? seconds / static_cast<double>(r.lookups) * 1e6 : 0.0;
+  };
   const MetricsSample& before = **metrics_before;
   const uint64_t served = after.request.count - before.request.count;
   const double server_s = after.request.sum_seconds - before.request.sum_seconds;
@@ -98,12 +129,13 @@ Result<nlohmann::json> MeasureClients(const ServeDaemon& daemon, const LookupPha
       {"p50_lookup_us", Percentile(r.latencies_us, 0.50)},
       {"p99_lookup_us", Percentile(r.latencies_us, 0.99)},
       {"server_lookup_us", served > 0 ? server_s / static_cast<double>(served) * 1e6 : 0.0},
-      {"cpu_us_per_lookup", r.lookups > 0 ? (cpu_after - **cpu_before) / static_cast<double>(r.lookups) * 1e6 : 0.0},
+      {"cpu_us_per_lookup", per_lookup_us(cpu_after - **cpu_before)},
+      {"loop_cpu_us_per_lookup", per_lookup_us(loop_cpu_after - **loop_cpu_before)},
       {"lookups", r.lookups},
       {"misses", r.misses},
       {"errors", r.errors}};
   if (r.errors > 0) j["first_error"] = r.first_error;
-  AddLockFields(before.lock, after.lock, r.lookups, "cpu_us_per_lookup", j);
+  AddLockFields(before.lock, after.lock, r.lookups, "cpu_us_per_lookup", "loop_cpu_us_per_lookup", j);
   return j;
 }
 
@@ -165,6 +197,7 @@ Result<nlohmann::json> RunLookupPhases(const LookupPhaseOptions& o, uint64_t& er
                             {"mean_lookup_us", widest["mean_lookup_us"]},
                             {"server_lookup_us", widest["server_lookup_us"]},
                             {"cpu_us_per_lookup", widest["cpu_us_per_lookup"]},
+                            {"loop_cpu_us_per_lookup", widest["loop_cpu_us_per_lookup"]},
                             {"lock_hold_us_per_op", widest.value("lock_hold_us_per_op", 0.0)},
                             {"projected", widest.value("projected", nlohmann::json())},
                             {"baseline_value_bytes", reply_bytes},

@@ -3,10 +3,11 @@
 //
 // For each core count, a `kvtier serve` child (serve_daemon.h) pinned to that many CPUs gets
 // `chains` chains of `chain_blocks` 4 KiB blocks (DRAM holds them all), then for each client
-// count a lookup load (lookup_load.h) over TCP for `seconds`, with the daemon's CPU time and
-// its /metrics lookup time read before and after. Then, unpinned, redis-benchmark GET with
-// each client count and -P 1, values the size of a lookup's reply, as many requests as the
-// fastest kvtier run made in `seconds` (so both run about as long).
+// count a lookup load (lookup_load.h) over TCP for `seconds`, with the daemon's CPU time, and
+// its lookup time and its event loops' CPU time from /metrics, read before and after. Then,
+// unpinned, redis-benchmark GET with each client count and -P 1, values the size of a
+// lookup's reply, as many requests as the fastest kvtier run made in `seconds` (so both run
+// about as long).
 //
 // Thread-safety: none; the benchmark's main thread runs it.
 #pragma once
@@ -33,7 +34,7 @@ struct LookupPhaseOptions {
 };
 
 // One entry per client count: clients, lookups_per_s, baseline_lookups_per_s, p99_lookup_us,
-// server_lookup_us, cpu_us_per_lookup, errors and the same per core count (by_cores), the
+// server_lookup_us, cpu_us_per_lookup, loop_cpu_us_per_lookup, errors and the same per core count (by_cores), the
 // headline values being those of the largest core count. `errors` grows by every error.
 Result<nlohmann::json> RunLookupPhases(const LookupPhaseOptions& options, uint64_t& errors);
 

@@ -102,6 +102,9 @@ struct ServerOptions {
   uint32_t worker_threads() const;
   // `event_loops`, or what its default 0 stands for.
   uint32_t event_loop_threads() const;
+  // The loops `event_loops` = 0 stands for on a host with `hardware_threads`: one per four,
+  // 1 to 16 (`kvtier bench serve` projects a larger host's loops with it).
+  static uint32_t DefaultEventLoops(uint32_t hardware_threads);
 };
 
 class Server {

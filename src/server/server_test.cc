@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "kvtier/client.h"
@@ -185,6 +186,33 @@ TEST_F(ServerTest, PutLookupGetThroughSharedMemory) {
     if (requests < 5) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_EQ(requests, 5u);  // hello, put, lookup, get, stats
+}
+
+// Lookups are answered on the event loops, so their CPU time is what `kvtier bench serve`
+// divides by the lookups served (docs/serve.md): it must grow with them.
+TEST_F(ServerTest, EventLoopsCountTheirCpuTime) {
+  ServerOptions options;
+  options.event_loops = 2;
+  StartServer(std::move(options));
+  const auto wait_for = [this](const std::function<bool(const server::ServiceMetrics::Snapshot&)>& done) {
+    for (int i = 0; i < 400 && !done(metrics_.Read()); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return done(metrics_.Read());
+  };
+  EXPECT_TRUE(wait_for([](const auto& s) { return s.event_loops == 2; }));
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  PutChain(*client, 1, 4);
+
+  const uint64_t before_ns = metrics_.Read().event_loop_cpu_ns;
+  for (int i = 0; i < 2000; ++i) {
+    Result<std::vector<protocol::ChainLookup>> found = client->Lookup({{Key(1, 0), Key(1, 1), Key(1, 2), Key(1, 3)}});
+    ASSERT_TRUE(found.ok()) << found.status().ToString();
+  }
+  // A loop reports its CPU time at its next tick (25 ms).
+  EXPECT_TRUE(wait_for([before_ns](const auto& s) { return s.event_loop_cpu_ns > before_ns; }));
+
+  server_->Shutdown();
+  EXPECT_EQ(metrics_.Read().event_loops, 0);
 }
 
 TEST_F(ServerTest, TcpClientsGetInlinePayloads) {

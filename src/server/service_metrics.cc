@@ -280,6 +280,10 @@ void RenderService(const ServiceMetrics::Snapshot& s, Exposition& e) {
            "Blocks whose bytes did not match their end-to-end checksum (put: refused, nothing stored).");
   e.Sample("kvtier_checksum_mismatches_total", LabelSet({{"direction", "put"}}), Number(s.put_checksum_mismatches));
   e.Single("kvtier_requests_in_flight", "gauge", "Requests being served now.", s.in_flight);
+  e.Single("kvtier_event_loops", "gauge", "Event loop threads running now.", s.event_loops);
+  e.Single("kvtier_event_loop_cpu_seconds_total", "counter",
+           "CPU time the event loop threads used, all loops together (updated every 25 ms tick).",
+           static_cast<double>(s.event_loop_cpu_ns) * 1e-9);
 }
 
 }  // namespace
@@ -341,6 +345,10 @@ void ServiceMetrics::PutChecksumMismatches(uint64_t blocks) {
   put_checksum_mismatches_.fetch_add(blocks, std::memory_order_relaxed);
 }
 void ServiceMetrics::InFlightAdd(int64_t delta) { in_flight_.fetch_add(delta, std::memory_order_relaxed); }
+void ServiceMetrics::EventLoopsRunning(int64_t delta) { event_loops_.fetch_add(delta, std::memory_order_relaxed); }
+void ServiceMetrics::EventLoopCpu(uint64_t nanoseconds) {
+  event_loop_cpu_ns_.fetch_add(nanoseconds, std::memory_order_relaxed);
+}
 
 ServiceMetrics::Snapshot ServiceMetrics::Read() const {
   Snapshot s;
@@ -361,6 +369,8 @@ ServiceMetrics::Snapshot ServiceMetrics::Read() const {
   s.tls_handshakes_failed = tls_handshakes_failed_.load(std::memory_order_relaxed);
   s.put_checksum_mismatches = put_checksum_mismatches_.load(std::memory_order_relaxed);
   s.in_flight = in_flight_.load(std::memory_order_relaxed);
+  s.event_loops = event_loops_.load(std::memory_order_relaxed);
+  s.event_loop_cpu_ns = event_loop_cpu_ns_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -68,6 +68,10 @@ class ServiceMetrics {
   // Put blocks refused because their bytes did not match the client's end-to-end checksum.
   void PutChecksumMismatches(uint64_t blocks);
   void InFlightAdd(int64_t delta);  // requests being served now: +1 when one starts, -1 when it ends
+  void EventLoopsRunning(int64_t delta);  // +1 when a loop thread starts, -1 when it ends
+  // CPU time an event loop thread used (its own thread clock): a loop is a serial section,
+  // since lookups are answered on it, so its busy time bounds how far one loop goes.
+  void EventLoopCpu(uint64_t nanoseconds);
 
   struct OpSnapshot {
     protocol::MessageType op = protocol::MessageType::kHello;
@@ -81,6 +85,8 @@ class ServiceMetrics {
     uint64_t connections_total = 0, connections_rejected = 0, frames_rejected = 0, tls_handshakes_failed = 0;
     uint64_t put_checksum_mismatches = 0;
     int64_t in_flight = 0;
+    int64_t event_loops = 0;
+    uint64_t event_loop_cpu_ns = 0;
   };
   Snapshot Read() const;
 
@@ -95,6 +101,8 @@ class ServiceMetrics {
   std::atomic<uint64_t> connections_total_{0}, connections_rejected_{0}, frames_rejected_{0}, tls_handshakes_failed_{0};
   std::atomic<uint64_t> put_checksum_mismatches_{0};
   std::atomic<int64_t> in_flight_{0};
+  std::atomic<int64_t> event_loops_{0};
+  std::atomic<uint64_t> event_loop_cpu_ns_{0};
 };
 
 // The Prometheus text exposition format 0.0.4 of the service metrics, the store's stats and

@@ -271,6 +271,10 @@ TEST(ServiceMetrics, ConnectionsAndInFlight) {
   m.PutChecksumMismatches(2);
   m.InFlightAdd(3);
   m.InFlightAdd(-1);
+  m.EventLoopsRunning(2);
+  m.EventLoopsRunning(-1);
+  m.EventLoopCpu(1'000);
+  m.EventLoopCpu(500);
   const ServiceMetrics::Snapshot s = m.Read();
   EXPECT_EQ(s.connections_open, 1);
   EXPECT_EQ(s.connections_total, 2u);
@@ -278,11 +282,15 @@ TEST(ServiceMetrics, ConnectionsAndInFlight) {
   EXPECT_EQ(s.frames_rejected, 1u);
   EXPECT_EQ(s.put_checksum_mismatches, 2u);
   EXPECT_EQ(s.in_flight, 2);
+  EXPECT_EQ(s.event_loops, 1);
+  EXPECT_EQ(s.event_loop_cpu_ns, 1'500u);
 }
 
 TEST(MetricsRender, EveryFamilyIsWellFormed) {
   ServiceMetrics service;
   service.RecordRequest(protocol::MessageType::kGet, 0.01, true, 8, 1 << 20);
+  service.EventLoopsRunning(2);
+  service.EventLoopCpu(1'500'000'000);
   StoreStats store;
   store.tiers.push_back({.name = "hbm", .kind = TierKind::kGpuHbm, .capacity_bytes = 1 << 30});
   store.tiers.push_back({.name = "nvme0", .kind = TierKind::kNvme});
@@ -313,11 +321,14 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
         "kvtier_request_duration_seconds", "kvtier_requests_total", "kvtier_request_blocks_total",
         "kvtier_request_payload_bytes_total", "kvtier_connections_open", "kvtier_connections_total",
         "kvtier_connections_rejected_total", "kvtier_frames_rejected_total", "kvtier_tls_handshakes_failed_total",
-        "kvtier_checksum_mismatches_total", "kvtier_requests_in_flight"}) {
+        "kvtier_checksum_mismatches_total", "kvtier_requests_in_flight", "kvtier_event_loops",
+        "kvtier_event_loop_cpu_seconds_total"}) {
     EXPECT_TRUE(e.types.contains(family)) << family;
   }
-  EXPECT_EQ(e.types.size(), 64u) << "a family was added: list it here and in docs/metrics.md";
+  EXPECT_EQ(e.types.size(), 66u) << "a family was added: list it here and in docs/metrics.md";
   EXPECT_EQ(e.Value("kvtier_checksum_mismatches_total", {{"direction", "put"}}), 0);
+  EXPECT_EQ(e.Value("kvtier_event_loops", {}), 2);
+  EXPECT_EQ(e.Value("kvtier_event_loop_cpu_seconds_total", {}), 1.5);
 
   EXPECT_EQ(e.Value("kvtier_tier_capacity_bytes", {{"tier", "hbm"}, {"kind", "gpu_hbm"}}), 1 << 30);
   EXPECT_EQ(e.Value("kvtier_tier_blocks", {{"tier", "nvme0"}, {"kind", "nvme"}}), 0);

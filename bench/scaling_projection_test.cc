@@ -1,0 +1,74 @@
+#include "scaling_projection.h"
+
+#include <gtest/gtest.h>
+
+namespace kvtier::bench {
+namespace {
+
+TEST(ProjectScaling, CpuBindsWhenNothingSerialIsMeasured) {
+  const nlohmann::json p = ProjectScaling({.cpu_us = 60}, 64);
+  EXPECT_DOUBLE_EQ(p["ops_per_s"].get<double>(), 64e6 / 60);
+  EXPECT_EQ(p["bound"], "cpu");
+  EXPECT_EQ(p["cores"], 64);
+}
+
+TEST(ProjectScaling, TheMetadataLockBindsWhenItsHoldIsTheLongestSerialPart) {
+  // 78 us held per operation caps it at 12,820/s; 64 cores would allow 21,000.
+  const nlohmann::json p = ProjectScaling({.cpu_us = 3031, .lock_hold_us = 78, .event_loop_cpu_us = 40}, 64);
+  EXPECT_DOUBLE_EQ(p["ops_per_s"].get<double>(), 1e6 / 78);
+  EXPECT_EQ(p["bound"], "metadata lock");
+}
+
+TEST(ProjectScaling, TheEventLoopsBindWhenTheyCarryMostOfTheWork) {
+  // A 64-thread host gets 16 loops by default: 16 / 25 us = 640,000/s, below 64 / 30 us.
+  const nlohmann::json p = ProjectScaling({.cpu_us = 30, .lock_hold_us = 0, .event_loop_cpu_us = 25}, 64);
+  EXPECT_EQ(p["event_loops"], 16);
+  EXPECT_DOUBLE_EQ(p["ops_per_s"].get<double>(), 16e6 / 25);
+  EXPECT_EQ(p["bound"], "event loops");
+}
+
+TEST(ProjectScaling, LoopsFollowTheServersDefaultForTheCores) {
+  EXPECT_EQ(ProjectScaling({.cpu_us = 1}, 8)["event_loops"], 2);
+  EXPECT_EQ(ProjectScaling({.cpu_us = 1}, 2)["event_loops"], 1);
+  EXPECT_EQ(ProjectScaling({.cpu_us = 1}, 256)["event_loops"], 16);
+  // On 8 cores 2 loops at 10 us each allow 200,000/s, below the CPU's 8 / 30 us = 266,667/s.
+  EXPECT_EQ(ProjectScaling({.cpu_us = 30, .event_loop_cpu_us = 10}, 8)["bound"], "event loops");
+}
+
+TEST(ProjectScaling, ATieGoesToTheCpu) {
+  // 64 / 64 us = 1e6/s by CPU, 16 / 16 us = 1e6/s by the loops.
+  EXPECT_EQ(ProjectScaling({.cpu_us = 64, .event_loop_cpu_us = 16}, 64)["bound"], "cpu");
+}
+
+TEST(ProjectScaling, NothingToProjectWithoutCpuTimeOrCores) {
+  EXPECT_TRUE(ProjectScaling({.cpu_us = 0, .lock_hold_us = 5}, 64).is_null());
+  EXPECT_TRUE(ProjectScaling({.cpu_us = -1}, 64).is_null());
+  EXPECT_TRUE(ProjectScaling({.cpu_us = 10}, 0).is_null());
+}
+
+TEST(AddLockFields, PerOperationFieldsAndTheProjectionFromTheEntrysCosts) {
+  const LockProfile before{.exclusive_acquisitions = 10, .exclusive_hold_seconds = 1.0, .shared_wait_seconds = 0.5};
+  const LockProfile after{.exclusive_acquisitions = 30, .exclusive_hold_seconds = 1.001, .shared_wait_seconds = 0.502};
+  nlohmann::json entry = {{"cpu_us_per_lookup", 30.0}, {"loop_cpu_us_per_lookup", 25.0}};
+  AddLockFields(before, after, 100, "cpu_us_per_lookup", "loop_cpu_us_per_lookup", entry);
+  EXPECT_NEAR(entry["lock_hold_us_per_op"].get<double>(), 10, 1e-6);   // 1 ms over 100 operations
+  EXPECT_NEAR(entry["lock_wait_us_per_op"].get<double>(), 20, 1e-6);   // 2 ms of shared waits
+  EXPECT_DOUBLE_EQ(entry["lock_acquisitions_per_op"].get<double>(), 0.2);
+  // 1 / 10 us = 100,000/s: below the loops' 640,000/s and the CPU's 2.1 M/s.
+  EXPECT_EQ(entry["projected"]["bound"], "metadata lock");
+
+  nlohmann::json without_loops = {{"cpu_us_per_op", 30.0}};
+  AddLockFields(LockProfile{}, LockProfile{}, 100, "cpu_us_per_op", nullptr, without_loops);
+  EXPECT_EQ(without_loops["projected"]["bound"], "cpu");
+
+  nlohmann::json cpu_unknown = {{"cpu_us_per_op", nullptr}};
+  AddLockFields(LockProfile{}, LockProfile{}, 100, "cpu_us_per_op", nullptr, cpu_unknown);
+  EXPECT_TRUE(cpu_unknown["projected"].is_null());
+
+  nlohmann::json no_operations;
+  AddLockFields(before, after, 0, "cpu_us_per_op", nullptr, no_operations);
+  EXPECT_TRUE(no_operations.is_null());
+}
+
+}  // namespace
+}  // namespace kvtier::bench
