@@ -112,13 +112,24 @@ void RenderStore(const StoreStats& s, Exposition& e) {
       {"kvtier_tier_refused_total", "counter", "Admissions to this tier its policy refused.", &StoreTierStats::refused},
       {"kvtier_tier_evict_failures_total", "counter",
        "Evictions the tier failed to complete (e.g. an NVMe slot header not zeroed).", &StoreTierStats::evict_failures},
+      {"kvtier_tier_promotions_declined_total", "counter",
+       "Blocks read from this networked tier that its promotion gate left here.", &StoreTierStats::promotions_declined},
+      {"kvtier_tier_promotions_used_total", "counter",
+       "Blocks promoted from this networked tier that were read from above before they left.",
+       &StoreTierStats::promotions_used},
+      {"kvtier_tier_promotions_wasted_total", "counter",
+       "Blocks promoted from this networked tier that left the tier above unread.", &StoreTierStats::promotions_wasted},
+  };
+  const auto tier_labels = [](const StoreTierStats& t) {
+    return LabelSet({{"tier", t.name}, {"kind", TierKindName(t.kind)}});
   };
   for (const TierFamily& f : kTierFamilies) {
     e.Family(f.name, f.type, f.help);
-    for (const StoreTierStats& t : s.tiers) {
-      e.Sample(f.name, LabelSet({{"tier", t.name}, {"kind", TierKindName(t.kind)}}), Number(t.*f.field));
-    }
+    for (const StoreTierStats& t : s.tiers) e.Sample(f.name, tier_labels(t), Number(t.*f.field));
   }
+  e.Family("kvtier_tier_promotion_rate", "gauge",
+           "Share of the blocks read from this tier that are promoted now (1 without a promotion gate).");
+  for (const StoreTierStats& t : s.tiers) e.Sample("kvtier_tier_promotion_rate", tier_labels(t), Number(t.promotion_rate));
 
   e.Single("kvtier_lookups_total", "counter", "Lookup calls.", s.lookups);
   e.Family("kvtier_lookup_blocks_total", "counter", "Keys looked up: hit when in the stored prefix, miss otherwise.");

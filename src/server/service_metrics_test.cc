@@ -303,7 +303,9 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
   for (const char* family :
        {"kvtier_tier_capacity_bytes", "kvtier_tier_used_bytes", "kvtier_tier_blocks", "kvtier_tier_hits_total",
         "kvtier_tier_promotions_total", "kvtier_tier_demotions_total", "kvtier_tier_drops_total",
-        "kvtier_tier_refused_total", "kvtier_tier_evict_failures_total", "kvtier_lookups_total", "kvtier_lookup_blocks_total", "kvtier_gets_total",
+        "kvtier_tier_refused_total", "kvtier_tier_evict_failures_total", "kvtier_tier_promotions_declined_total",
+        "kvtier_tier_promotions_used_total", "kvtier_tier_promotions_wasted_total", "kvtier_tier_promotion_rate",
+        "kvtier_lookups_total", "kvtier_lookup_blocks_total", "kvtier_gets_total",
         "kvtier_get_blocks_total", "kvtier_get_misses_total", "kvtier_puts_total", "kvtier_put_blocks_total",
         "kvtier_corrupt_blocks_total", "kvtier_vanished_copies_total", "kvtier_eviction_failures_total",
         "kvtier_pending_evictions", "kvtier_shared_found_blocks_total", "kvtier_shared_publish_failures_total",
@@ -325,13 +327,14 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
         "kvtier_event_loop_cpu_seconds_total"}) {
     EXPECT_TRUE(e.types.contains(family)) << family;
   }
-  EXPECT_EQ(e.types.size(), 66u) << "a family was added: list it here and in docs/metrics.md";
+  EXPECT_EQ(e.types.size(), 70u) << "a family was added: list it here and in docs/metrics.md";
   EXPECT_EQ(e.Value("kvtier_checksum_mismatches_total", {{"direction", "put"}}), 0);
   EXPECT_EQ(e.Value("kvtier_event_loops", {}), 2);
   EXPECT_EQ(e.Value("kvtier_event_loop_cpu_seconds_total", {}), 1.5);
 
   EXPECT_EQ(e.Value("kvtier_tier_capacity_bytes", {{"tier", "hbm"}, {"kind", "gpu_hbm"}}), 1 << 30);
   EXPECT_EQ(e.Value("kvtier_tier_blocks", {{"tier", "nvme0"}, {"kind", "nvme"}}), 0);
+  EXPECT_EQ(e.Value("kvtier_tier_promotion_rate", {{"tier", "nvme0"}, {"kind", "nvme"}}), 1) << "no gate";
   // Every op is exported from the start, so rate() over a first request works.
   EXPECT_EQ(e.Value("kvtier_requests_total", {{"op", "hello"}, {"result", "ok"}}), 0);
   EXPECT_EQ(e.Value("kvtier_requests_total", {{"op", "get"}, {"result", "ok"}}), 1);
