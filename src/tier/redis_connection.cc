@@ -3,8 +3,9 @@
 #include <sys/time.h>
 
 #include <charconv>
-#include <cstdlib>
 #include <numeric>
+
+#include "tier/redis_value_reader.h"
 
 namespace kvtier {
 namespace {
@@ -14,34 +15,6 @@ timeval ToTimeval(std::chrono::milliseconds timeout) {
   tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
   tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
   return tv;
-}
-
-// hiredis's own reply functions, which every reader starts with: the sinking ones defer to
-// them for everything but the string replies a sink takes. Set once, by the first Connect.
-const redisReplyObjectFunctions* default_reply_functions = nullptr;
-
-void* CreateStringOrSink(const redisReadTask* task, char* str, size_t len) {
-  auto* sink = static_cast<RedisStringSink*>(task->privdata);
-  if (sink == nullptr || task->type != REDIS_REPLY_STRING || task->parent != nullptr) {
-    return default_reply_functions->createString(task, str, len);
-  }
-  sink->Take(std::string_view(str, len));
-  // freeReplyObject frees it (and its null `str`) as any string reply.
-  auto* reply = static_cast<redisReply*>(std::calloc(1, sizeof(redisReply)));
-  if (reply == nullptr) return nullptr;  // hiredis reports an out-of-memory error
-  reply->type = REDIS_REPLY_STRING;
-  reply->len = len;
-  return reply;
-}
-
-redisReplyObjectFunctions* SinkingReplyFunctions(const redisReplyObjectFunctions* defaults) {
-  static redisReplyObjectFunctions functions = [defaults] {
-    default_reply_functions = defaults;
-    redisReplyObjectFunctions f = *defaults;
-    f.createString = CreateStringOrSink;
-    return f;
-  }();
-  return &functions;
 }
 
 Status BadEndpoint(std::string_view text, std::string_view why) {
@@ -128,7 +101,6 @@ Result<std::unique_ptr<RedisConnection>> RedisConnection::Connect(const RedisEnd
     return status;
   }
   auto connection = std::unique_ptr<RedisConnection>(new RedisConnection(context, address));
-  context->reader->fn = SinkingReplyFunctions(context->reader->fn);
   if (redisSetTimeout(context, tv) != REDIS_OK) return connection->Fail();
   // Keepalive finds a peer that vanished without a FIN between batches; best effort.
   (void)redisEnableKeepAlive(context);
@@ -146,7 +118,18 @@ Result<std::unique_ptr<RedisConnection>> RedisConnection::Connect(const RedisEnd
   return connection;
 }
 
+RedisConnection::RedisConnection(redisContext* context, std::string address)
+    : context_(context), value_reader_(std::make_unique<RedisValueReader>()), address_(std::move(address)) {}
+
 RedisConnection::~RedisConnection() { redisFree(context_); }
+
+Status RedisConnection::Flush() {
+  int done = 0;
+  while (done == 0) {
+    if (redisBufferWrite(context_, &done) != REDIS_OK) return Fail();
+  }
+  return Status::Ok();
+}
 
 Status RedisConnection::Fail() {
   if (failure_.ok()) {
@@ -167,12 +150,15 @@ bool IsTakenStringReply(const redisReply& reply) { return reply.type == REDIS_RE
 
 Result<RedisReply> RedisConnection::GetReply(RedisStringSink* sink) {
   if (broken()) return failure_;
-  // The reader hands its privdata to the task of each reply it starts: the next one.
-  context_->reader->privdata = sink;
+  if (sink != nullptr) {
+    KVTIER_RETURN_IF_ERROR(Flush());
+    Result<RedisReply> reply = value_reader_->Read(context_, *sink);
+    if (!reply.ok()) failure_ = Status::Unavailable(address_ + ": " + reply.status().message());
+    return reply.ok() ? std::move(reply) : Result<RedisReply>(failure_);
+  }
+  value_reader_->HandBack(context_);
   void* reply = nullptr;
-  const int outcome = redisGetReply(context_, &reply);
-  context_->reader->privdata = nullptr;
-  if (outcome != REDIS_OK || reply == nullptr) {
+  if (redisGetReply(context_, &reply) != REDIS_OK || reply == nullptr) {
     if (reply != nullptr) freeReplyObject(reply);
     return Fail();
   }

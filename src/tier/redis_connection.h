@@ -22,6 +22,8 @@
 
 namespace kvtier {
 
+class RedisValueReader;
+
 struct RedisEndpoint {
   std::string host;       // empty for a Unix socket
   int port = 0;
@@ -78,12 +80,24 @@ struct RedisAuth {
   std::string password;
 };
 
-// Takes the bytes of a string reply where hiredis's reader holds them, so that a large value is
-// copied once, to where it goes, instead of into a reply object first (hiredis's default, which
-// cost a reading node a quarter of its CPU: docs/cluster.md). The bytes are valid during Take.
+// The bytes of one bulk string reply as they arrive, read in order.
+class RedisValueStream {
+ public:
+  virtual std::size_t left() const = 0;
+  // The next out.size() (at most left()) bytes. Unavailable when the connection failed.
+  virtual Status Read(std::span<std::byte> out) = 0;
+
+ protected:
+  ~RedisValueStream() = default;
+};
+
+// Takes the bytes of a bulk string reply as they come off the socket (RedisValueReader), so
+// that a large value is copied once, by the kernel, to where it goes, instead of through
+// hiredis's buffer and a reply object (docs/cluster.md: most of a reading node's CPU).
 class RedisStringSink {
  public:
-  virtual void Take(std::string_view value) = 0;
+  // A value of `size` bytes: read what is wanted of it from `value`; the rest is skipped.
+  virtual void Take(std::size_t size, RedisValueStream& value) = 0;
 
  protected:
   ~RedisStringSink() = default;
@@ -107,9 +121,10 @@ class RedisConnection {
   // Queues a command; nothing is sent before the next GetReply.
   Status Append(RedisArgs& args);
   // Sends what is queued, then waits for the next reply (error replies are replies, not
-  // errors). Unavailable when the connection failed; it is then broken. With `sink`, a string
-  // reply (a bulk string at the top level: not a status, an error or an array's element) is
-  // handed to it, and the reply returned holds no bytes (IsTakenStringReply).
+  // errors). Unavailable when the connection failed; it is then broken. With `sink`, the reply
+  // is read by a RedisValueReader, not hiredis: it must be one a GET can get (a bulk string, a
+  // nil, an error) or a status or integer; a bulk string is handed to the sink, and the reply
+  // returned holds no bytes (IsTakenStringReply).
   Result<RedisReply> GetReply(RedisStringSink* sink = nullptr);
   // Append and GetReply.
   Result<RedisReply> Command(RedisArgs& args);
@@ -119,10 +134,12 @@ class RedisConnection {
   const std::string& address() const { return address_; }
 
  private:
-  RedisConnection(redisContext* context, std::string address) : context_(context), address_(std::move(address)) {}
+  RedisConnection(redisContext* context, std::string address);
   Status Fail();  // records the context's error as this connection's failure
+  Status Flush();  // sends what is queued
 
   redisContext* context_;
+  std::unique_ptr<RedisValueReader> value_reader_;
   std::string address_;
   Status failure_;
 };

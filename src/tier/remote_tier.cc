@@ -2,6 +2,7 @@
 #include "tier/remote_tier.h"
 
 #include <algorithm>
+#include <array>
 #include <latch>
 #include <numeric>
 #include <unordered_map>
@@ -55,12 +56,13 @@ struct ValueHeader {
   uint64_t checksum = 0;
 };
 
-// The header of `value` stored under `key`, or what is wrong with it.
-Result<ValueHeader> DecodeHeader(std::string_view value, const BlockKey& key) {
-  if (value.size() < kHeaderBytes) {
-    return Status::Corruption("value of " + std::to_string(value.size()) + " bytes is shorter than its header");
+// The header of a value of `value_size` bytes stored under `key`, from its first bytes (`head`,
+// kHeaderBytes of them when the value has as many), or what is wrong with it.
+Result<ValueHeader> DecodeHeader(std::span<const std::byte> head, std::size_t value_size, const BlockKey& key) {
+  if (value_size < kHeaderBytes || head.size() < kHeaderBytes) {
+    return Status::Corruption("value of " + std::to_string(value_size) + " bytes is shorter than its header");
   }
-  const std::byte* data = reinterpret_cast<const std::byte*>(value.data());
+  const std::byte* data = head.data();
   if (GetU64(data) != kMagic || GetU32(data + 8) != kVersion || GetU32(data + 12) != kHeaderBytes) {
     return Status::Corruption("bad magic, version or header size");
   }
@@ -68,9 +70,9 @@ Result<ValueHeader> DecodeHeader(std::string_view value, const BlockKey& key) {
     return Status::Corruption("the header names another key");
   }
   const ValueHeader header{.size = GetU64(data + 32), .checksum = GetU64(data + 40)};
-  if (header.size != value.size() - kHeaderBytes) {
+  if (header.size != value_size - kHeaderBytes) {
     return Status::Corruption("header says " + std::to_string(header.size) + " payload bytes, value holds " +
-                              std::to_string(value.size() - kHeaderBytes));
+                              std::to_string(value_size - kHeaderBytes));
   }
   return header;
 }
@@ -148,7 +150,7 @@ struct RemoteTier::Chunk {
 class RemoteTier::ValueSink final : public RedisStringSink {
  public:
   ValueSink(const CommandBatch& batch, std::size_t i) : batch_(batch), i_(i) {}
-  void Take(std::string_view value) override { batch_.take_value(i_, value); }
+  void Take(std::size_t size, RedisValueStream& value) override { batch_.take_value(i_, size, value); }
 
  private:
   const CommandBatch& batch_;
@@ -185,15 +187,16 @@ void RemoteTier::RunChunk(Chunk& chunk, CommandBatch& batch) const {
     }
     for (; answered < queued && failure.ok(); ++answered) {
       const std::size_t i = chunk.ops[answered];
+      ValueSink sink(batch, i);
+      RedisStringSink* const value_sink = batch.take_value ? &sink : nullptr;
       if ((*chunk.asking)[i]) {
-        Result<RedisReply> asking_reply = connection.GetReply();  // "+OK"
+        Result<RedisReply> asking_reply = connection.GetReply(value_sink);  // "+OK"
         if (!asking_reply.ok()) {
           failure = asking_reply.status();
           break;
         }
       }
-      ValueSink sink(batch, i);
-      Result<RedisReply> reply = connection.GetReply(batch.take_value ? &sink : nullptr);
+      Result<RedisReply> reply = connection.GetReply(value_sink);
       if (!reply.ok()) {
         failure = reply.status();
         break;
@@ -438,32 +441,44 @@ std::vector<Result<std::size_t>> RemoteTier::ReadBatch(std::span<const ReadOp> o
       results[i] = std::move(status);
       return;
     }
-    // A value: take_value has settled it, from the reader's buffer.
+    // A value: take_value has settled it as it was read.
   };
-  batch.take_value = [&](std::size_t i, std::string_view value) {
+  batch.take_value = [&](std::size_t i, std::size_t size, RedisValueStream& value) {
     const ReadOp& op = ops[i];
-    Result<ValueHeader> header = DecodeHeader(value, op.key);
+    std::array<std::byte, kHeaderBytes> head{};
+    const std::span<std::byte> head_read = std::span(head).first(std::min(size, head.size()));
+    if (!value.Read(head_read).ok()) return;  // the connection failed: finish says so
+    Result<ValueHeader> header = DecodeHeader(head_read, size, op.key);
     if (header.ok() && op.out.size() < header->size) {
       results[i] = Status::InvalidArgument(name() + ": a buffer of " + std::to_string(op.out.size()) +
                                            " bytes cannot hold block " + op.key.ToHex() + " of " +
                                            std::to_string(header->size));
       return;
     }
+    std::string& corrupt = corrupt_values[i];  // the whole value, to compare-and-delete
+    corrupt.assign(reinterpret_cast<const char*>(head_read.data()), head_read.size());
     if (header.ok()) {
-      const auto payload = std::span(reinterpret_cast<const std::byte*>(value.data() + kHeaderBytes), header->size);
-      const std::span<std::byte> copied = op.out.first(payload.size());
-      if (CopyWithChecksum(copied, payload) == header->checksum) {
+      // The payload lands in the caller's buffer straight from the socket; its checksum is
+      // computed there.
+      const std::span<std::byte> payload = op.out.first(header->size);
+      if (!value.Read(payload).ok()) return;
+      if (PayloadChecksum(payload) == header->checksum) {
+        corrupt.clear();
         counters_.reads.fetch_add(1, std::memory_order_relaxed);
         counters_.read_bytes.fetch_add(header->size, std::memory_order_relaxed);
         results[i] = static_cast<std::size_t>(header->size);
         if (op.checksum != nullptr) *op.checksum = header->checksum;
         return;
       }
-      std::fill(copied.begin(), copied.end(), std::byte{0});  // hand back none of the bytes that failed
+      corrupt.append(reinterpret_cast<const char*>(payload.data()), payload.size());
+      std::fill(payload.begin(), payload.end(), std::byte{0});  // hand back none of the bytes that failed
       header = Status::Corruption("the payload fails its checksum");
+    } else {
+      const std::size_t before = corrupt.size();
+      corrupt.resize(size);
+      if (!value.Read(std::as_writable_bytes(std::span(corrupt)).subspan(before)).ok()) return;
     }
     counters_.checksum_failures.fetch_add(1, std::memory_order_relaxed);
-    corrupt_values[i] = std::string(value);
     results[i] = header.status().WithContext(name() + ": block " + op.key.ToHex() + " (" + batch.keys[i] +
                                              ") is corrupt and was dropped");
   };

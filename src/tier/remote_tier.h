@@ -99,9 +99,10 @@ class RemoteTier final : public Tier {
     std::vector<std::string> keys;
     std::function<void(std::size_t i, RedisArgs& args, std::string& scratch)> build;
     std::function<void(std::size_t i, Result<RedisReply> reply)> finish;
-    // When set, operation i's string reply (a value) is handed here from the reader's buffer,
-    // before finish gets a reply without its bytes (IsTakenStringReply).
-    std::function<void(std::size_t i, std::string_view value)> take_value;
+    // When set, the replies are read by a RedisValueReader: operation i's value (a bulk string of
+    // `size` bytes) is handed here as it comes off the socket, before finish gets a reply
+    // without its bytes (IsTakenStringReply).
+    std::function<void(std::size_t i, std::size_t size, RedisValueStream& value)> take_value;
   };
   struct Chunk;
   class ValueSink;

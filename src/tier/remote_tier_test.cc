@@ -170,55 +170,106 @@ TEST(RemoteTier, RingRoundTripOnOneServer) {
   EXPECT_EQ((*length)->integer, static_cast<long long>(RemoteTier::kHeaderBytes + 4096 + 3));
 }
 
-// A sink takes a bulk string from the reader's buffer (the reply then holds no bytes); status
-// and error replies, and the strings inside an array, are replies as hiredis makes them.
-TEST(RedisConnection, ASinkTakesTopLevelStringsOnly) {
+// With a sink, kvtier reads a GET's reply off the socket itself (RedisValueReader): a value goes
+// to the sink as it arrives (the reply holds no bytes), the replies around it (status, nil,
+// error, integer) are replies as hiredis makes them, and hiredis reads the replies asked for
+// without a sink, on the same socket, in between: each reader hands the other the bytes it read
+// past its reply.
+TEST(RedisConnection, ValuesAreReadIntoTheSinkAndTheTwoReadersShareTheSocket) {
   SKIP_WITHOUT_REDIS();
   Result<std::unique_ptr<RedisServers>> servers = RedisServers::StartStandalone(1);
   ASSERT_TRUE(servers.ok()) << servers.status().ToString();
   Result<RedisEndpoint> endpoint = ParseRedisEndpoint((*servers)->endpoint(0), false);
   ASSERT_TRUE(endpoint.ok());
-  Result<std::unique_ptr<RedisConnection>> connection = RedisConnection::Connect(*endpoint, 5s, {});
-  ASSERT_TRUE(connection.ok()) << connection.status().ToString();
+  Result<std::unique_ptr<RedisConnection>> connected = RedisConnection::Connect(*endpoint, 5s, {});
+  ASSERT_TRUE(connected.ok()) << connected.status().ToString();
+  RedisConnection& connection = **connected;
+  // Reads the first `prefix` bytes of a value into one string and the rest into another (all
+  // of it when `prefix` is 0), or only `prefix` bytes when `partial`.
   struct Taken final : RedisStringSink {
-    void Take(std::string_view value) override { values.emplace_back(value); }
+    void Take(std::size_t size, RedisValueStream& value) override {
+      const std::size_t first = std::min(prefix, size);
+      std::string head(first, '\0'), rest(partial ? 0 : size - first, '\0');
+      ok = value.Read(std::as_writable_bytes(std::span(head))).ok() &&
+           value.Read(std::as_writable_bytes(std::span(rest))).ok();
+      values.push_back(head + rest);
+    }
+    std::size_t prefix = 48;
+    bool partial = false;
+    bool ok = false;
     std::vector<std::string> values;
   } sink;
-  const std::string big(100'000, 'v');  // more than one of the reader's 16 KiB reads
-  RedisArgs set;
-  set.Add("SET").Add("a").Add(big);
-  RedisArgs get_a, get_missing, mget, bad;
-  get_a.Add("GET").Add("a");
-  get_missing.Add("GET").Add("missing");
-  mget.Add("MGET").Add("a").Add("a");
-  bad.Add("NO-SUCH-COMMAND");
-  for (RedisArgs* args : {&set, &get_a, &get_missing, &mget, &bad, &get_a}) ASSERT_TRUE((*connection)->Append(*args).ok());
+  std::string big(100'000, '\0');  // more than any one read of either reader
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>('a' + i % 23);
+  const auto command = [&](std::initializer_list<std::string_view> words) {
+    RedisArgs args;
+    for (std::string_view w : words) args.Add(w);
+    ASSERT_TRUE(connection.Append(args).ok());
+  };
+  command({"SET", "a", big});
+  command({"GET", "a"});
+  command({"PING"});
+  command({"GET", "a"});
+  command({"MGET", "a", "a"});
+  command({"GET", "a"});
+  command({"STRLEN", "a"});
+  command({"GET", "missing"});
+  command({"NO-SUCH-COMMAND"});
+  command({"GET", "a"});
 
-  Result<RedisReply> ok = (*connection)->GetReply(&sink);
-  ASSERT_TRUE(ok.ok());
-  EXPECT_EQ(ReplyText(**ok), "OK") << "a status reply is not taken";
-  Result<RedisReply> value = (*connection)->GetReply(&sink);
-  ASSERT_TRUE(value.ok());
-  EXPECT_TRUE(IsTakenStringReply(**value));
-  EXPECT_EQ((*value)->len, big.size());
+  Result<RedisReply> reply = connection.GetReply(&sink);
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ(ReplyText(**reply), "OK");
+  reply = connection.GetReply(&sink);
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_TRUE(IsTakenStringReply(**reply));
+  EXPECT_EQ((*reply)->len, big.size());
+  ASSERT_TRUE(sink.ok);
   ASSERT_EQ(sink.values.size(), 1u);
-  EXPECT_EQ(sink.values[0], big);
-  Result<RedisReply> nil = (*connection)->GetReply(&sink);
-  ASSERT_TRUE(nil.ok());
-  EXPECT_EQ((*nil)->type, REDIS_REPLY_NIL);
-  Result<RedisReply> array = (*connection)->GetReply(&sink);
-  ASSERT_TRUE(array.ok());
-  ASSERT_EQ((*array)->type, REDIS_REPLY_ARRAY);
-  ASSERT_EQ((*array)->elements, 2u);
-  EXPECT_EQ(ReplyText(*(*array)->element[1]), big) << "an array's strings are the array's";
-  Result<RedisReply> error = (*connection)->GetReply(&sink);
-  ASSERT_TRUE(error.ok());
-  EXPECT_TRUE(IsErrorReply(**error));
-  EXPECT_EQ(sink.values.size(), 1u);
-  Result<RedisReply> untaken = (*connection)->GetReply();
-  ASSERT_TRUE(untaken.ok());
-  EXPECT_FALSE(IsTakenStringReply(**untaken));
-  EXPECT_EQ(ReplyText(**untaken), big) << "without a sink, hiredis's own reply";
+  EXPECT_TRUE(sink.values[0] == big) << "the value read in two parts differs";
+  reply = connection.GetReply();  // hiredis, after bytes the value reader read past its reply
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ(ReplyText(**reply), "PONG");
+  sink.prefix = 0;
+  reply = connection.GetReply(&sink);  // the value reader, after bytes hiredis read past PONG
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  ASSERT_EQ(sink.values.size(), 2u);
+  EXPECT_TRUE(sink.values[1] == big);
+  reply = connection.GetReply();
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  ASSERT_EQ((*reply)->type, REDIS_REPLY_ARRAY);
+  ASSERT_EQ((*reply)->elements, 2u);
+  EXPECT_TRUE(ReplyText(*(*reply)->element[1]) == big);
+  sink.prefix = 10;
+  sink.partial = true;  // the rest of this value is skipped
+  reply = connection.GetReply(&sink);
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ(sink.values.back(), big.substr(0, 10));
+  reply = connection.GetReply(&sink);
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ((*reply)->type, REDIS_REPLY_INTEGER);
+  EXPECT_EQ((*reply)->integer, static_cast<long long>(big.size()));
+  reply = connection.GetReply(&sink);
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ((*reply)->type, REDIS_REPLY_NIL);
+  reply = connection.GetReply(&sink);
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_TRUE(IsErrorReply(**reply));
+  EXPECT_TRUE(ReplyText(**reply).starts_with("ERR")) << ReplyText(**reply);
+  const std::size_t taken = sink.values.size();
+  reply = connection.GetReply();
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_FALSE(IsTakenStringReply(**reply));
+  EXPECT_TRUE(ReplyText(**reply) == big) << "without a sink, hiredis's own reply";
+  EXPECT_EQ(sink.values.size(), taken);
+
+  // An array is not a reply the value reader parses: the connection is broken, and says so.
+  command({"MGET", "a"});
+  reply = connection.GetReply(&sink);
+  ASSERT_FALSE(reply.ok());
+  EXPECT_EQ(reply.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(reply.status().message().find("protocol error"), std::string::npos) << reply.status().ToString();
+  EXPECT_TRUE(connection.broken());
 }
 
 TEST(RemoteTier, RingSpreadsKeysOverThreeServers) {

@@ -54,8 +54,12 @@ def make_pkg(tmp: str) -> str | None:
         return None
     except ImportError:
         pass
-    build = os.environ.get("KVTIER_BUILD_PYTHON", os.path.join(REPO, "build", "release", "python"))
+    # Absolute: the package is made of symlinks, and a relative target would resolve from the
+    # link's own folder (a package of dangling links that imports as an empty namespace).
+    build = os.path.abspath(os.environ.get("KVTIER_BUILD_PYTHON", os.path.join(REPO, "build", "release", "python")))
     src = os.path.join(build, "kvtier")
+    if not os.path.isfile(os.path.join(src, "__init__.py")):
+        sys.exit(f"no built kvtier package in {build} (KVTIER_BUILD_PYTHON): build the release preset first")
     dst = os.path.join(tmp, "pkg", "kvtier")
     os.makedirs(dst)
     for name in os.listdir(src):
