@@ -4,6 +4,10 @@
 // semantics every tier shares are in the conformance suite (tests/tier/).
 #include "tier/remote_tier.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -270,6 +274,86 @@ TEST(RedisConnection, ValuesAreReadIntoTheSinkAndTheTwoReadersShareTheSocket) {
   EXPECT_EQ(reply.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(reply.status().message().find("protocol error"), std::string::npos) << reply.status().ToString();
   EXPECT_TRUE(connection.broken());
+}
+
+// A server that answers whatever it is sent with `reply`, then hangs up: for replies no Redis
+// sends, which the value reader must refuse without crashing, reading out of bounds or waiting
+// forever.
+class ScriptedServer {
+ public:
+  explicit ScriptedServer(std::string reply) : reply_(std::move(reply)) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    if (::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(listener_, 1) != 0 ||
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      ADD_FAILURE() << "cannot listen: " << std::strerror(errno);
+    }
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] {
+      const int client = ::accept(listener_, nullptr, nullptr);
+      if (client < 0) return;
+      char request[4096];
+      (void)::read(client, request, sizeof(request));  // the GET
+      (void)::write(client, reply_.data(), reply_.size());
+      ::shutdown(client, SHUT_WR);
+      while (::read(client, request, sizeof(request)) > 0) {
+      }
+      ::close(client);
+    });
+  }
+  ~ScriptedServer() {
+    thread_.join();
+    ::close(listener_);
+  }
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  std::string reply_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+TEST(RedisConnection, TheValueReaderRefusesRepliesNoRedisSends) {
+  struct Whole final : RedisStringSink {
+    void Take(std::size_t size, RedisValueStream& value) override {
+      bytes.assign(size, '\0');
+      (void)value.Read(std::as_writable_bytes(std::span(bytes)));
+    }
+    std::string bytes;
+  };
+  const struct {
+    std::string reply;
+    std::string why;
+  } cases[] = {
+      {"$abc\r\n", "is not a number"},
+      {"$-5\r\n", "bulk length of -5"},
+      {"$10\r\nhello", "server closed the connection"},  // cut inside the value
+      {"$5\r\nhelloXY", "does not end in CRLF"},
+      {"*1\r\n$1\r\na\r\n", "which a GET does not get"},
+      {"", "server closed the connection"},
+      {"+OK", "server closed the connection"},  // a line without its CRLF
+      {std::string(70'000, 'x'), "longer than 64 KiB"},
+  };
+  for (const auto& c : cases) {
+    ScriptedServer server(c.reply);
+    Result<RedisEndpoint> endpoint = ParseRedisEndpoint(server.endpoint(), false);
+    ASSERT_TRUE(endpoint.ok());
+    Result<std::unique_ptr<RedisConnection>> connection = RedisConnection::Connect(*endpoint, 5s, {});
+    ASSERT_TRUE(connection.ok()) << connection.status().ToString();
+    RedisArgs get;
+    get.Add("GET").Add("k");
+    ASSERT_TRUE((*connection)->Append(get).ok());
+    Whole sink;
+    Result<RedisReply> reply = (*connection)->GetReply(&sink);
+    ASSERT_FALSE(reply.ok()) << "reply " << c.reply.substr(0, 20);
+    EXPECT_EQ(reply.status().code(), StatusCode::kUnavailable);
+    EXPECT_NE(reply.status().message().find(c.why), std::string::npos) << reply.status().ToString();
+    EXPECT_TRUE((*connection)->broken());
+  }
 }
 
 TEST(RemoteTier, RingSpreadsKeysOverThreeServers) {
