@@ -195,7 +195,8 @@ Result<MetricsSample> ServeDaemon::Metrics(const std::string& op) const {
       {"kvtier_metadata_lock_waits_total{mode=\"exclusive\"}", &exclusive_waits},
       {"kvtier_metadata_lock_waits_total{mode=\"shared\"}", &shared_waits},
       {"kvtier_metadata_lock_wait_seconds_total{mode=\"exclusive\"}", &m.lock.exclusive_wait_seconds},
-      {"kvtier_metadata_lock_wait_seconds_total{mode=\"shared\"}", &m.lock.shared_wait_seconds}};
+      {"kvtier_metadata_lock_wait_seconds_total{mode=\"shared\"}", &m.lock.shared_wait_seconds},
+      {"kvtier_event_loop_cpu_seconds_total", &m.event_loop_cpu_seconds}};
   for (const auto& [name, value] : samples) {
     KVTIER_ASSIGN_OR_RETURN(*value, MetricSample(text, name));
   }

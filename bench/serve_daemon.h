@@ -40,11 +40,13 @@ struct RequestTimeSample {
   uint64_t count = 0;
 };
 
-// What one read of the daemon's /metrics says so far: one op's request time and the store's
-// metadata lock profile (kvtier_metadata_lock_*).
+// What one read of the daemon's /metrics says so far: one op's request time, the store's
+// metadata lock profile (kvtier_metadata_lock_*) and the event loops' CPU time
+// (kvtier_event_loop_cpu_seconds_total, which each loop brings up to date every 25 ms tick).
 struct MetricsSample {
   RequestTimeSample request;
   LockProfile lock;
+  double event_loop_cpu_seconds = 0;
 };
 
 class ServeDaemon {
@@ -63,7 +65,7 @@ class ServeDaemon {
   // Its user + system CPU time so far, in seconds.
   Result<double> CpuSeconds() const;
   // One read of /metrics: the totals of kvtier_request_duration_seconds for `op` ("lookup",
-  // "put", "get") and the metadata lock's profile.
+  // "put", "get"), the metadata lock's profile and the event loops' CPU time.
   Result<MetricsSample> Metrics(const std::string& op) const;
 
   pid_t pid() const { return pid_; }

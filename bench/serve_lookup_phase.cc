@@ -1,15 +1,10 @@
 #include "serve_lookup_phase.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <string>
-#include <string_view>
-
-#include <httplib.h>
 
 #include "kvtier/client.h"
 #include "kvtier/protocol.h"
@@ -64,26 +59,6 @@ Result<uint64_t> LookupReplyBytes(int chain_blocks) {
   return frame.size();
 }
 
-// The daemon's event loops' CPU time so far (kvtier_event_loop_cpu_seconds_total on its
-// /metrics, which each loop brings up to date every 25 ms tick).
-Result<double> EventLoopCpuSeconds(const ServeDaemon& daemon) {
-  httplib::Client client("127.0.0.1", daemon.metrics_port());
-  client.set_connection_timeout(5);
-  client.set_read_timeout(5);
-  const httplib::Result got = client.Get("/metrics");
-  if (!got || got->status != 200) {
-    const std::string why = got ? "HTTP " + std::to_string(got->status) : httplib::to_string(got.error());
-    return Status::Unavailable("kvtier serve's /metrics on port " + std::to_string(daemon.metrics_port()) +
-                               " did not answer: " + why);
-  }
-  constexpr std::string_view kSample = "kvtier_event_loop_cpu_seconds_total ";
-  std::istringstream lines(got->body);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.starts_with(kSample)) return std::strtod(line.c_str() + kSample.size(), nullptr);
-  }
-  return Status::Internal("kvtier serve's /metrics has no sample kvtier_event_loop_cpu_seconds_total");
-}
-
 double Percentile(const std::vector<float>& sorted, double p) {
   if (sorted.empty()) return 0;
   return sorted[std::min(sorted.size() - 1, static_cast<std::size_t>(p * static_cast<double>(sorted.size())))];
@@ -98,7 +73,7 @@ double Mean(const std::vector<float>& values) {
 // One client count on one pinned daemon: the load, the daemon's CPU and its own lookup time.
 Result<nlohmann::json> MeasureClients(const ServeDaemon& daemon, const LookupPhaseOptions& o, int cores, int clients,
                                       const std::vector<std::vector<BlockKey>>& chains) {
-  std::optional<Result<double>> cpu_before, loop_cpu_before;
+  std::optional<Result<double>> cpu_before;
   std::optional<Result<MetricsSample>> metrics_before;
   LookupLoadOptions load{.port = daemon.tcp_port(), .unix_socket = o.tcp ? "" : daemon.socket_path(),
                          .clients = clients, .threads = o.threads, .seconds = o.seconds,
@@ -106,15 +81,12 @@ Result<nlohmann::json> MeasureClients(const ServeDaemon& daemon, const LookupPha
   load.at_window_start = [&] {
     cpu_before.emplace(daemon.CpuSeconds());
     metrics_before.emplace(daemon.Metrics("lookup"));
-    loop_cpu_before.emplace(EventLoopCpuSeconds(daemon));
   };
   KVTIER_ASSIGN_OR_RETURN(LookupLoadResult r, RunLookupLoad(load, chains));
   KVTIER_ASSIGN_OR_RETURN(const double cpu_after, daemon.CpuSeconds());
   KVTIER_ASSIGN_OR_RETURN(const MetricsSample after, daemon.Metrics("lookup"));
-  KVTIER_ASSIGN_OR_RETURN(const double loop_cpu_after, EventLoopCpuSeconds(daemon));
   KVTIER_RETURN_IF_ERROR(cpu_before->status());
   KVTIER_RETURN_IF_ERROR(metrics_before->status());
-  KVTIER_RETURN_IF_ERROR(loop_cpu_before->status());
   const auto per_lookup_us = [&r](double seconds) {
     return r.lookups > 0 ? seconds / static_cast<double>(r.lookups) * 1e6 : 0.0;
   };
@@ -130,7 +102,7 @@ Result<nlohmann::json> MeasureClients(const ServeDaemon& daemon, const LookupPha
       {"p99_lookup_us", Percentile(r.latencies_us, 0.99)},
       {"server_lookup_us", served > 0 ? server_s / static_cast<double>(served) * 1e6 : 0.0},
       {"cpu_us_per_lookup", per_lookup_us(cpu_after - **cpu_before)},
-      {"loop_cpu_us_per_lookup", per_lookup_us(loop_cpu_after - **loop_cpu_before)},
+      {"loop_cpu_us_per_lookup", per_lookup_us(after.event_loop_cpu_seconds - before.event_loop_cpu_seconds)},
       {"lookups", r.lookups},
       {"misses", r.misses},
       {"errors", r.errors}};
