@@ -434,7 +434,8 @@ Result<ServiceResult> RunService(const ServeBenchmarkOptions& o, int clients, bo
     KVTIER_ASSIGN_OR_RETURN(daemon, ServeDaemon::Start({.persist = o.persist,
                                                         .dram_prefault = prefault,
                                                         .dram_mib = o.dram_mib,
-                                                        .max_connections = static_cast<uint32_t>(clients) + 16}));
+                                                        .max_connections = static_cast<uint32_t>(clients) + 16,
+                                                        .workers = o.workers}));
     endpoint = o.tcp ? "127.0.0.1" : daemon->socket_path();
     port = daemon->tcp_port();
   } else if (o.tcp) {
@@ -549,6 +550,7 @@ Status ServeBenchmarkOptions::Validate() const {
   if (dram_mib < 64 || dram_mib > (uint64_t{1} << 20)) return Status::InvalidArgument("--dram-mib must be 64 to 1,048,576");
   if (load_threads < 1 || load_threads > 64) return Status::InvalidArgument("--load-threads must be 1 to 64");
   if (loops_per_core > 16) return Status::InvalidArgument("--loops-per-core must be 0 to 16");
+  if (workers > 1024) return Status::InvalidArgument("--workers must be 0 to 1,024");
   if (!(seconds > 0 && seconds <= 3600)) return Status::InvalidArgument("--seconds must be in (0, 3600]");
   if (min_block_bytes < kPage || min_block_bytes % kPage != 0 || max_block_bytes % kPage != 0 ||
       max_block_bytes < min_block_bytes || max_block_bytes > (uint64_t{256} << 20)) {

@@ -79,7 +79,8 @@ std::string ServeDaemonConfigYaml(const ServeDaemonOptions& o) {
     << "listen:\n  unix_socket: " << o.dir << "/kvtier.sock\n  tcp: true\n  tcp_host: 127.0.0.1\n  tcp_port: 0\n"
     << "  metrics_host: 127.0.0.1\n  metrics_port: 0\n"
     << "limits:\n  max_connections: " << o.max_connections << "\n  io_timeout_ms: 10000\n"
-    << "  event_loops: " << o.event_loops << "\n";
+    << "  event_loops: " << o.event_loops << "\n"
+    << "  workers: " << o.workers << "\n";
   return y.str();
 }
 

@@ -105,6 +105,10 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   serve->add_option("--loops-per-core", serve_options->loops_per_core,
                     "Lookup phases: the daemon's event loops per core it is pinned to (0: the daemon's default)")
       ->capture_default_str();
+  serve->add_option("--workers", serve_options->workers,
+                    "Put+get phases: the daemon's worker threads (limits.workers; 0: its default)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   serve->add_option("--seconds", serve_options->seconds, "Seconds of load per phase")->capture_default_str();
   serve->add_option("--min-block-bytes", serve_options->min_block_bytes, "Smallest block (4 KiB multiple)")->capture_default_str();
   serve->add_option("--max-block-bytes", serve_options->max_block_bytes, "Largest block (4 KiB multiple)")->capture_default_str();
