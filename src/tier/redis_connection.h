@@ -83,8 +83,8 @@ struct RedisAuth {
 // The bytes of one bulk string reply as they arrive, read in order.
 class RedisValueStream {
  public:
-  virtual std::size_t left() const = 0;
-  // The next out.size() (at most left()) bytes. Unavailable when the connection failed.
+  // The value's next out.size() bytes (no more than it has left). Unavailable when the
+  // connection failed.
   virtual Status Read(std::span<std::byte> out) = 0;
 
  protected:

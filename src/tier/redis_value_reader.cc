@@ -53,7 +53,6 @@ class RedisValueReader::BulkStream final : public RedisValueStream {
  public:
   BulkStream(RedisValueReader& reader, int fd, std::size_t size) : reader_(reader), fd_(fd), left_(size) {}
 
-  std::size_t left() const override { return left_; }
   Status Read(std::span<std::byte> out) override {
     if (!failure_.ok()) return failure_;
     if (out.size() > left_) return Status::InvalidArgument("read past the end of a value");

@@ -455,25 +455,27 @@ std::vector<Result<std::size_t>> RemoteTier::ReadBatch(std::span<const ReadOp> o
                                            std::to_string(header->size));
       return;
     }
-    std::string& corrupt = corrupt_values[i];  // the whole value, to compare-and-delete
-    corrupt.assign(reinterpret_cast<const char*>(head_read.data()), head_read.size());
+    // A corrupt value is kept whole, to compare-and-delete; a good one costs no copy.
+    std::string& corrupt = corrupt_values[i];
+    const auto keep_head = [&] { corrupt.assign(reinterpret_cast<const char*>(head_read.data()), head_read.size()); };
     if (header.ok()) {
       // The payload lands in the caller's buffer straight from the socket; its checksum is
       // computed there.
       const std::span<std::byte> payload = op.out.first(header->size);
       if (!value.Read(payload).ok()) return;
       if (PayloadChecksum(payload) == header->checksum) {
-        corrupt.clear();
         counters_.reads.fetch_add(1, std::memory_order_relaxed);
         counters_.read_bytes.fetch_add(header->size, std::memory_order_relaxed);
         results[i] = static_cast<std::size_t>(header->size);
         if (op.checksum != nullptr) *op.checksum = header->checksum;
         return;
       }
+      keep_head();
       corrupt.append(reinterpret_cast<const char*>(payload.data()), payload.size());
       std::fill(payload.begin(), payload.end(), std::byte{0});  // hand back none of the bytes that failed
       header = Status::Corruption("the payload fails its checksum");
     } else {
+      keep_head();
       const std::size_t before = corrupt.size();
       corrupt.resize(size);
       if (!value.Read(std::as_writable_bytes(std::span(corrupt)).subspan(before)).ok()) return;
