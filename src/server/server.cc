@@ -209,7 +209,7 @@ struct Server::Impl {
 
   Status StartLoops() {
     // Each connection has at most one request queued or running, so Submit never waits.
-    workers = std::make_unique<TaskPool>(static_cast<int>(options.worker_threads()), options.max_connections + 1);
+    workers = std::make_unique<TaskPool>(static_cast<int>(options.worker_threads()), options.max_connections + 1, "kvtier-worker");
     const bool lookups_on_loop = !HasSharedTier(store);
     for (uint32_t i = 0; i < options.event_loop_threads(); ++i) {
       auto shard = std::make_unique<LoopShard>();

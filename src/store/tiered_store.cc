@@ -114,7 +114,7 @@ Result<std::unique_ptr<TieredStore>> TieredStore::Open(std::vector<std::unique_p
   }
   impl->EvictUnindexed();
   if (!impl->options.synchronous_moves) {
-    impl->movers = std::make_unique<TaskPool>(impl->options.mover_threads, impl->options.max_queued_moves);
+    impl->movers = std::make_unique<TaskPool>(impl->options.mover_threads, impl->options.max_queued_moves, "kvtier-mover");
   }
   impl->KickRebalances();  // recovered blocks may fill the persist tier past its watermark
   return std::unique_ptr<TieredStore>(new TieredStore(std::move(impl)));

@@ -124,6 +124,7 @@ RedisConnection::RedisConnection(redisContext* context, std::string address)
 RedisConnection::~RedisConnection() { redisFree(context_); }
 
 Status RedisConnection::Flush() {
+  if (broken()) return failure_;
   int done = 0;
   while (done == 0) {
     if (redisBufferWrite(context_, &done) != REDIS_OK) return Fail();

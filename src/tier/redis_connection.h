@@ -118,7 +118,7 @@ class RedisConnection {
   RedisConnection(const RedisConnection&) = delete;
   RedisConnection& operator=(const RedisConnection&) = delete;
 
-  // Queues a command; nothing is sent before the next GetReply.
+  // Queues a command; nothing is sent before the next Flush or GetReply.
   Status Append(RedisArgs& args);
   // Sends what is queued, then waits for the next reply (error replies are replies, not
   // errors). Unavailable when the connection failed; it is then broken. With `sink`, the reply
@@ -128,6 +128,9 @@ class RedisConnection {
   Result<RedisReply> GetReply(RedisStringSink* sink = nullptr);
   // Append and GetReply.
   Result<RedisReply> Command(RedisArgs& args);
+  // Sends what is queued without waiting for a reply, so that a caller can start the
+  // pipelines of several connections before it reads any of their replies.
+  Status Flush();
 
   bool broken() const { return !failure_.ok(); }
   const Status& failure() const { return failure_; }
@@ -136,7 +139,6 @@ class RedisConnection {
  private:
   RedisConnection(redisContext* context, std::string address);
   Status Fail();  // records the context's error as this connection's failure
-  Status Flush();  // sends what is queued
 
   redisContext* context_;
   std::unique_ptr<RedisValueReader> value_reader_;

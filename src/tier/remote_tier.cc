@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <latch>
+#include <map>
 #include <numeric>
 #include <unordered_map>
 
@@ -135,7 +136,7 @@ Result<std::unique_ptr<RemoteTier>> RemoteTier::Open(const RemoteTierOptions& op
 }
 
 RemoteTier::RemoteTier(RemoteTierOptions options, std::unique_ptr<RedisRouter> router, int workers)
-    : options_(std::move(options)), router_(std::move(router)), workers_(std::make_unique<TaskPool>(workers, kMaxQueuedParts)) {}
+    : options_(std::move(options)), router_(std::move(router)), workers_(std::make_unique<TaskPool>(workers, kMaxQueuedParts, std::string(kWorkerThreadName))) {}
 
 // The operations of one batch that one connection of `node` runs.
 struct RemoteTier::Chunk {
@@ -157,63 +158,122 @@ class RemoteTier::ValueSink final : public RedisStringSink {
   std::size_t i_;
 };
 
-void RemoteTier::RunChunk(Chunk& chunk, CommandBatch& batch) const {
-  Result<RedisNode::Lease> lease = chunk.node->Borrow();
-  if (!lease.ok()) {
-    chunk.node_failed = true;
-    for (std::size_t i : chunk.ops) batch.finish(i, lease.status());
-    return;
-  }
-  RedisConnection& connection = lease->connection();
-  RedisArgs args;
-  RedisArgs asking_command;
-  asking_command.Add("ASKING");
-  std::string scratch;
-  std::size_t answered = 0;  // operations whose reply was handled, in chunk.ops order
-  Status failure;
-  while (answered < chunk.ops.size() && failure.ok()) {
-    // Queue a window of commands, then read its replies.
-    std::size_t queued = answered;
-    std::size_t window_bytes = 0;
-    while (failure.ok() && queued < chunk.ops.size() && queued - answered < kWindowCommands &&
-           window_bytes < kWindowBytes) {
-      const std::size_t i = chunk.ops[queued];
-      if ((*chunk.asking)[i]) failure = connection.Append(asking_command);
-      args.Clear();
-      batch.build(i, args, scratch);
-      window_bytes += args.bytes();
-      if (failure.ok()) failure = connection.Append(args);
-      ++queued;
+// One chunk's pipeline on one connection of its node: a window of commands is queued and
+// sent, then its replies are read, then the next window. One thread drives it.
+class RemoteTier::ChunkPipeline {
+ public:
+  ChunkPipeline(Chunk& chunk, CommandBatch& batch) : chunk_(chunk), batch_(batch) { asking_command_.Add("ASKING"); }
+
+  // Borrows a connection and sends the first window.
+  void Start() {
+    Result<RedisNode::Lease> lease = chunk_.node->Borrow();
+    if (!lease.ok()) {
+      chunk_.node_failed = true;
+      for (std::size_t i : chunk_.ops) batch_.finish(i, lease.status());
+      answered_ = chunk_.ops.size();
+      return;
     }
-    for (; answered < queued && failure.ok(); ++answered) {
-      const std::size_t i = chunk.ops[answered];
-      ValueSink sink(batch, i);
-      RedisStringSink* const value_sink = batch.take_value ? &sink : nullptr;
-      if ((*chunk.asking)[i]) {
+    lease_.emplace(std::move(*lease));
+    SendWindow();
+  }
+
+  bool done() const { return answered_ == chunk_.ops.size(); }
+
+  // Reads the replies of the window sent, then sends the next window, if any.
+  void ReadWindow() {
+    RedisConnection& connection = lease_->connection();
+    for (; answered_ < queued_ && failure_.ok(); ++answered_) {
+      const std::size_t i = chunk_.ops[answered_];
+      ValueSink sink(batch_, i);
+      RedisStringSink* const value_sink = batch_.take_value ? &sink : nullptr;
+      if ((*chunk_.asking)[i]) {
         Result<RedisReply> asking_reply = connection.GetReply(value_sink);  // "+OK"
         if (!asking_reply.ok()) {
-          failure = asking_reply.status();
+          failure_ = asking_reply.status();
           break;
         }
       }
       Result<RedisReply> reply = connection.GetReply(value_sink);
       if (!reply.ok()) {
-        failure = reply.status();
+        failure_ = reply.status();
         break;
       }
       if (std::optional<Redirection> redirection = ParseRedirection(**reply)) {
-        (*chunk.redirected)[i] = std::move(redirection);
+        (*chunk_.redirected)[i] = std::move(redirection);
       } else {
-        batch.finish(i, std::move(reply));
+        batch_.finish(i, std::move(reply));
       }
     }
+    if (!failure_.ok()) {
+      FailRest();
+    } else if (!done()) {
+      SendWindow();
+    } else {
+      lease_.reset();  // back to the node's pool while the batch's other parts are read
+    }
   }
-  if (failure.ok()) return;
+
+ private:
+  void SendWindow() {
+    RedisConnection& connection = lease_->connection();
+    std::size_t window_bytes = 0;
+    while (failure_.ok() && queued_ < chunk_.ops.size() && queued_ - answered_ < kWindowCommands &&
+           window_bytes < kWindowBytes) {
+      const std::size_t i = chunk_.ops[queued_];
+      if ((*chunk_.asking)[i]) failure_ = connection.Append(asking_command_);
+      args_.Clear();
+      batch_.build(i, args_, scratch_);
+      window_bytes += args_.bytes();
+      if (failure_.ok()) failure_ = connection.Append(args_);
+      ++queued_;
+    }
+    if (failure_.ok()) failure_ = connection.Flush();
+    if (!failure_.ok()) FailRest();
+  }
+
   // The connection is gone, and with it the replies not read yet: those operations failed
   // (a write among them may or may not have been applied).
-  lease->Fail();
-  chunk.node_failed = true;
-  for (std::size_t k = answered; k < chunk.ops.size(); ++k) batch.finish(chunk.ops[k], failure);
+  void FailRest() {
+    lease_->Fail();
+    lease_.reset();
+    chunk_.node_failed = true;
+    for (; answered_ < chunk_.ops.size(); ++answered_) batch_.finish(chunk_.ops[answered_], failure_);
+  }
+
+  Chunk& chunk_;
+  CommandBatch& batch_;
+  std::optional<RedisNode::Lease> lease_;
+  RedisArgs args_;
+  RedisArgs asking_command_;
+  std::string scratch_;  // lives until the command built with it is queued
+  std::size_t queued_ = 0;    // operations whose command was queued, in chunk.ops order
+  std::size_t answered_ = 0;  // operations whose reply was handled (or that failed)
+  Status failure_;
+};
+
+void RemoteTier::RunChunk(Chunk& chunk, CommandBatch& batch) const {
+  ChunkPipeline pipeline(chunk, batch);
+  pipeline.Start();
+  while (!pipeline.done()) pipeline.ReadWindow();
+}
+
+// Every part's first window is sent before any reply is read. The parts' connections are
+// held together, borrowed in the nodes' address order (the order of `chunks`, one part per
+// node): a thread that holds one node's connection while it waits for another's never waits
+// on a thread that waits for one of its own.
+void RemoteTier::RunChunksOnThisThread(std::span<Chunk> chunks, CommandBatch& batch) const {
+  std::vector<ChunkPipeline> pipelines;
+  pipelines.reserve(chunks.size());
+  for (Chunk& chunk : chunks) pipelines.emplace_back(chunk, batch);
+  for (ChunkPipeline& pipeline : pipelines) pipeline.Start();
+  for (bool pending = true; pending;) {
+    pending = false;
+    for (ChunkPipeline& pipeline : pipelines) {
+      if (pipeline.done()) continue;
+      pipeline.ReadWindow();
+      pending |= !pipeline.done();
+    }
+  }
 }
 
 void RemoteTier::Run(CommandBatch& batch) const {
@@ -224,8 +284,9 @@ void RemoteTier::Run(CommandBatch& batch) const {
   std::vector<std::size_t> pending(count);
   std::iota(pending.begin(), pending.end(), std::size_t{0});
   for (int round = 0; !pending.empty(); ++round) {
-    // Group by node, then split each node's group over its connections.
-    std::unordered_map<RedisNode*, std::pair<std::shared_ptr<RedisNode>, std::vector<std::size_t>>> groups;
+    // Group by node (in address order: see RunChunksOnThisThread), then split each node's
+    // group over its connections when the parts are spread over the workers.
+    std::map<RedisNode*, std::pair<std::shared_ptr<RedisNode>, std::vector<std::size_t>>> groups;
     bool node_failed = false;
     for (std::size_t i : pending) {
       std::shared_ptr<RedisNode> node = ask_target[i] ? ask_target[i] : router_->NodeFor(batch.keys[i]);
@@ -238,11 +299,18 @@ void RemoteTier::Run(CommandBatch& batch) const {
       group.first = std::move(node);
       group.second.push_back(i);
     }
+    auto parts_of = [](const auto& group) {
+      return std::clamp<std::size_t>(group.second.size() / kMinOpsPerConnection, 1,
+                                     static_cast<std::size_t>(group.first->max_connections()));
+    };
+    std::size_t spread_parts = 0;
+    for (const auto& [unused, group] : groups) spread_parts += parts_of(group);
+    const uint64_t round_bytes = batch.payload_bytes * pending.size() / count;
+    const bool spread = spread_parts > 1 && round_bytes / spread_parts >= kParallelChunkBytes;
     std::vector<Chunk> chunks;
     for (auto& [unused, group] : groups) {
       const std::size_t ops = group.second.size();
-      const std::size_t parts =
-          std::clamp<std::size_t>(ops / kMinOpsPerConnection, 1, static_cast<std::size_t>(group.first->max_connections()));
+      const std::size_t parts = spread ? parts_of(group) : 1;
       for (std::size_t part = 0; part < parts; ++part) {
         const std::size_t begin = ops * part / parts, end = ops * (part + 1) / parts;
         chunks.push_back({.node = group.first,
@@ -252,7 +320,9 @@ void RemoteTier::Run(CommandBatch& batch) const {
                           .redirected = &redirected});
       }
     }
-    if (!chunks.empty()) {
+    if (!spread) {
+      RunChunksOnThisThread(chunks, batch);
+    } else {
       std::latch others_done(static_cast<std::ptrdiff_t>(chunks.size() - 1));
       for (std::size_t c = 1; c < chunks.size(); ++c) {
         workers_->Submit([&, c] {
@@ -364,6 +434,7 @@ std::vector<Status> RemoteTier::WriteBatch(std::span<const WriteOp> ops) {
     admitted.push_back(i);
     reservations.push_back(*reservation);
     batch.keys.push_back(RedisKey(ops[i].key));
+    batch.payload_bytes += ops[i].payload.size();
   }
   const std::string ttl = std::to_string(options_.ttl_seconds);
   // Bytes that do not match their writer's checksum are found while the value is encoded,
@@ -411,7 +482,10 @@ std::vector<Result<std::size_t>> RemoteTier::ReadBatch(std::span<const ReadOp> o
   std::vector<Result<std::size_t>> results(ops.size(), Result<std::size_t>(Status::Internal("read not run")));
   std::vector<std::string> corrupt_values(ops.size());  // the bytes to compare-and-delete
   CommandBatch batch;
-  for (const ReadOp& op : ops) batch.keys.push_back(RedisKey(op.key));
+  for (const ReadOp& op : ops) {
+    batch.keys.push_back(RedisKey(op.key));
+    batch.payload_bytes += op.out.size();
+  }
   auto miss = [&](std::size_t i, std::string why) {
     counters_.read_misses.fetch_add(1, std::memory_order_relaxed);
     results[i] = Status::NotFound(name() + ": block " + ops[i].key.ToHex() + " " + why);

@@ -16,10 +16,13 @@
 //
 // Batches: the operations are grouped by node, and each node's group is split over up to
 // connections_per_node connections (at least kMinOpsPerConnection operations each), each part
-// pipelined on one connection (commands appended in windows, then their replies read). The
-// calling thread runs one part; the others run on the tier's own workers (a TaskPool of
-// connections_per_node threads per node known at Open, at most 256), so a batch starts no
-// thread.
+// pipelined on one connection (commands appended in windows, then their replies read).
+// Where a part carries less than kParallelChunkBytes of payload on average, the calling
+// thread runs every part: it sends each part's first window before it reads any reply, so the
+// nodes work at once while it reads one node's replies after another's. Larger parts are
+// spread: the calling thread runs one, the tier's own workers (a TaskPool of
+// connections_per_node threads per node known at Open, at most 256) the others, so a batch
+// starts no thread.
 // MOVED updates the slot map and retries, ASK sends ASKING and the command to the importing
 // node; at most kMaxRedirections rounds.
 //
@@ -69,6 +72,13 @@ class RemoteTier final : public Tier {
   // Fewer operations than this per connection are not worth another worker's wake-up: a
   // 64-block chain over three masters is two parts per master, not four.
   static constexpr std::size_t kMinOpsPerConnection = 8;
+  // Parts of a batch go to the workers only from this much payload each, on average. A
+  // worker's hand-off costs two thread wake-ups (tens of microseconds on a busy host), which
+  // only pays where copying the part takes a millisecond or more; below that the calling
+  // thread reads the parts' replies in turn, which with many concurrent batches (a busy
+  // node) is also where the cores already are. 4 MiB is about 1 ms of copy and checksum.
+  static constexpr uint64_t kParallelChunkBytes = 4u << 20;
+  static constexpr std::string_view kWorkerThreadName = "kvtier-remote";
 
   static Result<std::unique_ptr<RemoteTier>> Open(const RemoteTierOptions& options);
 
@@ -103,8 +113,10 @@ class RemoteTier final : public Tier {
     // `size` bytes) is handed here as it comes off the socket, before finish gets a reply
     // without its bytes (IsTakenStringReply).
     std::function<void(std::size_t i, std::size_t size, RedisValueStream& value)> take_value;
+    uint64_t payload_bytes = 0;  // the bytes the batch moves, about: whether its parts are spread
   };
   struct Chunk;
+  class ChunkPipeline;
   class ValueSink;
 
   struct Shard {
@@ -117,6 +129,7 @@ class RemoteTier final : public Tier {
 
   void Run(CommandBatch& batch) const;
   void RunChunk(Chunk& chunk, CommandBatch& batch) const;
+  void RunChunksOnThisThread(std::span<Chunk> chunks, CommandBatch& batch) const;
   // Deletes the value under `redis_key` if it still equals `value` (a corrupt block); true
   // when it did.
   bool DeleteIfUnchanged(const std::string& redis_key, std::string_view value) const;

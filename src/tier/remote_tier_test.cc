@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -603,10 +604,11 @@ int ProcessThreads() {
   return -1;
 }
 
-// Issue 16: a batch's parts run on the workers the tier started at Open, so batches from many
-// threads at once start no thread of their own (a thread per part per batch cost the reading
-// daemon clone and munmap time), and every block of every batch still reads back whole.
-TEST(RemoteTier, ConcurrentClusterBatchesRunOnTheTiersOwnWorkers) {
+// Issue 16: a batch's parts run on the calling thread or on the workers the tier started at
+// Open, so batches from many threads at once start no thread of their own (a thread per part
+// per batch cost the reading daemon clone and munmap time), and every block of every batch
+// still reads back whole.
+TEST(RemoteTier, ConcurrentClusterBatchesStartNoThreadOfTheirOwn) {
   SKIP_WITHOUT_REDIS();
   Result<std::unique_ptr<RedisServers>> servers = RedisServers::StartCluster(3);
   ASSERT_TRUE(servers.ok()) << servers.status().ToString();
@@ -648,6 +650,60 @@ TEST(RemoteTier, ConcurrentClusterBatchesRunOnTheTiersOwnWorkers) {
   EXPECT_EQ(wrong.load(), 0);
   // The readers and the sampler, nothing else.
   EXPECT_LE(max_threads.load(), threads_before + kReaders + 1);
+}
+
+// Voluntary context switches of the remote tiers' workers: how often they went to sleep, i.e.
+// were woken for a part.
+uint64_t RemoteWorkerSleeps() {
+  uint64_t sleeps = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::string name;
+    std::getline(std::ifstream(task.path() / "comm"), name);
+    if (name != RemoteTier::kWorkerThreadName) continue;
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) sleeps += std::stoull(line.substr(24));
+    }
+  }
+  return sleeps;
+}
+
+// Reads `count` blocks of `size` bytes `passes` times, each pass one batch, checking every
+// byte; returns how often the tier's workers slept meanwhile.
+uint64_t SleepsWhileReading(RemoteTier& tier, uint64_t count, std::size_t size, int passes) {
+  std::vector<std::vector<std::byte>> payloads;
+  std::vector<Tier::WriteOp> writes;
+  for (uint64_t i = 0; i < count; ++i) payloads.push_back(Payload(size, static_cast<uint8_t>(i)));
+  for (uint64_t i = 0; i < count; ++i) writes.push_back({Key(i), payloads[i]});
+  for (const Status& status : tier.WriteBatch(writes)) EXPECT_TRUE(status.ok()) << status.ToString();
+  std::vector<std::vector<std::byte>> outs(count, std::vector<std::byte>(size));
+  std::vector<Tier::ReadOp> reads;
+  for (uint64_t i = 0; i < count; ++i) reads.push_back({Key(i), outs[i]});
+  const uint64_t before = RemoteWorkerSleeps();
+  for (int pass = 0; pass < passes; ++pass) {
+    const std::vector<Result<std::size_t>> results = tier.ReadBatch(reads);
+    for (uint64_t i = 0; i < count; ++i) {
+      EXPECT_TRUE(results[i].ok() && *results[i] == size && outs[i] == payloads[i]) << "pass " << pass << " block " << i;
+    }
+  }
+  return RemoteWorkerSleeps() - before;
+}
+
+// A chain of small blocks is read by the calling thread from every master at once (no worker
+// wakes: its hand-off would cost more than the copy); parts of kParallelChunkBytes and more
+// are spread over the workers, which then wake for every batch.
+TEST(RemoteTier, SmallBatchesStayOnTheCallingThreadLargeOnesAreSpread) {
+  SKIP_WITHOUT_REDIS();
+  Result<std::unique_ptr<RedisServers>> servers = RedisServers::StartCluster(3);
+  ASSERT_TRUE(servers.ok()) << servers.status().ToString();
+  std::unique_ptr<RemoteTier> tier = OpenTier(Options(RemoteTopology::kCluster, {(*servers)->endpoint(0)}));
+  ASSERT_NE(tier, nullptr);
+  constexpr int kPasses = 20;
+  const uint64_t small_sleeps = SleepsWhileReading(*tier, 64, 32 * 1024, kPasses);
+  // 24 blocks of 1 MiB: about 8 MiB per master, a part each.
+  const uint64_t large_sleeps = SleepsWhileReading(*tier, 24, RemoteTier::kParallelChunkBytes / 4, kPasses);
+  EXPECT_EQ(small_sleeps, 0u);
+  EXPECT_GE(large_sleeps, static_cast<uint64_t>(kPasses));
 }
 
 TEST(RemoteTier, CapacityCountsWhatThisClientWrote) {

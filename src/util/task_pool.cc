@@ -1,11 +1,20 @@
 #include "util/task_pool.h"
 
+#include <pthread.h>
+
 namespace kvtier {
 
-TaskPool::TaskPool(int threads, std::size_t max_queued) : max_queued_(max_queued < 1 ? 1 : max_queued) {
+TaskPool::TaskPool(int threads, std::size_t max_queued, std::string name) : max_queued_(max_queued < 1 ? 1 : max_queued) {
   const int n = threads < 1 ? 1 : threads;
   workers_.reserve(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) workers_.emplace_back([this] { Work(); });
+  // Linux takes at most 15 characters and refuses longer names.
+  if (name.size() > 15) name.resize(15);
+  for (int i = 0; i < n; ++i) {
+    workers_.emplace_back([this, name] {
+      if (!name.empty()) ::pthread_setname_np(::pthread_self(), name.c_str());
+      Work();
+    });
+  }
 }
 
 TaskPool::~TaskPool() {
@@ -61,7 +70,7 @@ void TaskPool::Work() {
 }
 
 TaskPool& TaskPool::ForTierIo() {
-  static TaskPool pool(8, 1024);
+  static TaskPool pool(8, 1024, "kvtier-tier-io");
   return pool;
 }
 

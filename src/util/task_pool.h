@@ -11,6 +11,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -18,7 +19,9 @@ namespace kvtier {
 
 class TaskPool {
  public:
-  TaskPool(int threads, std::size_t max_queued);
+  // `name` (at most 15 characters) names the threads, for top -H, perf and the tests that
+  // tell a pool's threads from others'. Default: the threads keep the process's name.
+  TaskPool(int threads, std::size_t max_queued, std::string name = {});
   ~TaskPool();
   TaskPool(const TaskPool&) = delete;
   TaskPool& operator=(const TaskPool&) = delete;
