@@ -121,10 +121,16 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
     if (promote) from_below.push_back(keys[i]);
     if (promote && !options.metadata_only && !hit->gathered && from_network) {
       // A copy now costs less than reading the block over the network a second time.
-      if (held.buffer.capacity() == 0) {  // room for every block planned from below: no regrowth
-        std::size_t below = 0;
-        for (const PlannedRead& p : plan) below += (networked & (1u << p.tier)) ? p.bytes : 0;
-        held.buffer.reserve(std::max(below, hit->bytes));
+      if (held.buffer.capacity() == 0) {
+        // Room for the share of the blocks planned from below that the gates admit now: most
+        // chains never regrow it, and a gate that admits 1/32 does not size it for all.
+        double admitted_bytes = 0;
+        for (const PlannedRead& p : plan) {
+          if ((networked & (1u << p.tier)) == 0) continue;
+          const PromotionGate* const planned_gate = promotion_gates[static_cast<std::size_t>(p.tier)].get();
+          admitted_bytes += static_cast<double>(p.bytes) * (planned_gate != nullptr ? planned_gate->rate() : 1.0);
+        }
+        held.buffer.reserve(std::max(static_cast<std::size_t>(admitted_bytes), hit->bytes));
       }
       held.Add(keys[i], hit->tier, out.first(hit->bytes), hit->checksum);
     }
