@@ -12,7 +12,8 @@ to the baseline, best of --repeat, for: get alone, unpack alone, both on the cal
 and both on the loader thread (layer-pipelined and not), all timed while the loader threads
 are alive; then memcpy and both on the calling thread while no loader thread is (libgomp
 spins less once a second thread has its OpenMP pool: docs/vllm.md); every repeat times every
-row; and the loader's hand-off. Then the save path: the step's cost of saving the same blocks
+row; the loader's hand-off; and small torch ops on the calling thread (a forward's shape)
+with and without a loader alive. Then the save path: the step's cost of saving the same blocks
 (packed from the KV tensors) with the put on the calling thread (the connector before the
 saver) and with kvtier.vllm.saver.BlockSaver (the copy into its staging; the put lands later),
 and the saver's submit-to-landed time. Every save puts new keys.
@@ -40,6 +41,8 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--save-blocks", type=int, default=32, help="blocks per save (32: one 4096-token chunk)")
     p.add_argument("--scattered", action="store_true", help="every other block id (no runs to merge)")
+    p.add_argument("--ops-rounds", type=int, default=50,
+                   help="rounds of small torch ops on the calling thread, with and without a loader alive (0: none)")
     a = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="kvtier-bench-loader-")
     pkg = make_pkg(tmp)
@@ -127,9 +130,23 @@ def main() -> int:
             if rep:
                 times.setdefault(name, []).append(time.perf_counter() - t0)
 
+        mm_a, mm_b, vec = torch.randn(256, 1024), torch.randn(1024, 1024), torch.randn(1 << 19)
+        ops: dict = {}
+
+        def small_ops(rep, state):
+            """A forward's shape: many short parallel regions (a loader, when alive, idles)."""
+            t0 = time.perf_counter()
+            for _ in range(a.ops_rounds):
+                torch.mm(mm_a, mm_b)
+                vec.add_(1.0)
+                vec.mul_(0.5)
+            if rep and a.ops_rounds:
+                ops.setdefault(state, []).append(time.perf_counter() - t0)
+
         for rep in range(a.repeat + 1):
             timed(rep, "memcpy, no loader thread alive", memcpy)
             timed(rep, "get + unpack, calling thread, no loader thread alive", inline)
+            small_ops(rep, "no loader alive")
             loaders = {pipelined: BlockLoader(fetch, unpack, layers, n, pipelined) for pipelined in (True, False)}
             for loader in loaders.values():
                 on_loader(loader)
@@ -140,6 +157,7 @@ def main() -> int:
             for pipelined in (True, False):
                 row = f"loader thread, {'layer-pipelined' if pipelined else 'all layers at once'}"
                 timed(rep, row, lambda: on_loader(loaders[pipelined], row if rep else None))
+            small_ops(rep, "the loaders alive")
             for loader in loaders.values():
                 loader.close()
             time.sleep(0.1)  # a loader's OpenMP pool ends just after its thread, past the join
@@ -207,6 +225,9 @@ def main() -> int:
         to_get, back = (statistics.median(x) * 1e3 for x in zip(*pairs))
         print(f"{row}: hand-off {to_get:.2f} ms from submit to its get, {back:.2f} ms from its last copy "
               f"to the wait's return (medians of {len(pairs)})")
+    if ops:
+        print(f"{a.ops_rounds} rounds of small torch ops on the calling thread: " + ", ".join(
+            f"{min(t):.3f} s (median {statistics.median(t):.3f}) with {state}" for state, t in ops.items()))
     os.system(f"rm -rf {tmp}")
     return 0
 
