@@ -9,16 +9,21 @@ The blocks are loaded into per-layer KV tensors the way KvtierConnector does it:
 the shared segment, then one copy per run of consecutive block ids and layer. Baseline, in
 the same run: one torch copy of the same bytes (memcpy). Prints seconds, GB/s and the ratio
 to the baseline, best of --repeat, for: get alone, unpack alone, both on the calling thread,
-and both on the loader thread (layer-pipelined and not). Then the save path: the step's cost
-of saving the same blocks (packed from the KV tensors) with the put on the calling thread (the
-connector before the saver) and with kvtier.vllm.saver.BlockSaver (the copy into its staging;
-the put lands later), and the saver's submit-to-landed time. Every save puts new keys.
+and both on the loader thread (layer-pipelined and not), all timed while the loader threads
+are alive; then memcpy and both on the calling thread while no loader thread is (libgomp
+spins less once a second thread has its OpenMP pool: docs/vllm.md); every repeat times every
+row; the loader's hand-off; and small torch ops on the calling thread (a forward's shape)
+with and without a loader alive. Then the save path: the step's cost of saving the same blocks
+(packed from the KV tensors) with the put on the calling thread (the connector before the
+saver) and with kvtier.vllm.saver.BlockSaver (the copy into its staging; the put lands later),
+and the saver's submit-to-landed time. Every save puts new keys.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -36,6 +41,8 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--save-blocks", type=int, default=32, help="blocks per save (32: one 4096-token chunk)")
     p.add_argument("--scattered", action="store_true", help="every other block id (no runs to merge)")
+    p.add_argument("--ops-rounds", type=int, default=50,
+                   help="rounds of small torch ops on the calling thread, with and without a loader alive (0: none)")
     a = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="kvtier-bench-loader-")
     pkg = make_pkg(tmp)
@@ -65,7 +72,10 @@ def main() -> int:
         r = client.put(keys, [shm[j * bb:(j + 1) * bb] for j in range(n)], tokens=16)
         assert r.new_blocks == n, r
 
+        marks: dict = {}  # when the last get began and the last copy ended: the loader's hand-off
+
         def fetch(ks, first):
+            marks["get"] = time.perf_counter()
             sizes = client.get(ks, [shm[(first + j) * bb:(first + j + 1) * bb] for j in range(len(ks))])
             return sum(1 for s in sizes if s == bb)
 
@@ -75,6 +85,7 @@ def main() -> int:
             for lay in (range(layers) if layer is None else [layer]):
                 for i, b, k in runs:
                     caches[lay][b:b + k].copy_(src[i:i + k, lay * page:(lay + 1) * page])
+            marks["copied"] = time.perf_counter()
 
         def best(fn):
             times = []
@@ -85,21 +96,73 @@ def main() -> int:
             return min(times)
 
         scratch = torch.empty(n * bb, dtype=torch.uint8)
-        results["memcpy (baseline)"] = best(lambda: scratch.copy_(seg[:n * bb]))
-        results["get into the segment"] = best(lambda: fetch(keys, 0))
-        results["unpack into the KV tensors"] = best(lambda: unpack(None, ids, 0))
-        results["get + unpack, calling thread"] = best(lambda: (fetch(keys, 0), unpack(None, ids, 0)))
-        for pipelined in (True, False):
-            loader = BlockLoader(fetch, unpack, layers, n, pipelined)
 
-            def run():
-                loader.submit([LoadJob("r", list(zip(ids, keys)))], [])
-                for lay in range(layers):
-                    loader.wait_layer(lay)
-                assert loader.wait_step() == []
+        def memcpy():
+            scratch.copy_(seg[:n * bb])
 
-            results[f"loader thread, {'layer-pipelined' if pipelined else 'all layers at once'}"] = best(run)
-            loader.close()
+        def inline():
+            fetch(keys, 0)
+            unpack(None, ids, 0)
+
+        handoff: dict = {}  # loader row -> [(submit to its get, last copy to the wait's return)]
+
+        def on_loader(loader, row=None):
+            t0 = time.perf_counter()
+            loader.submit([LoadJob("r", list(zip(ids, keys)))], [])
+            for lay in range(layers):
+                loader.wait_layer(lay)
+            assert loader.wait_step() == []
+            if row:
+                handoff.setdefault(row, []).append((marks["get"] - t0, time.perf_counter() - marks["copied"]))
+
+        # Each thread that runs torch copies owns an OpenMP pool, and libgomp cuts every pool's
+        # spin-wait short once the process holds more pool threads than CPUs, so a row timed
+        # while a loader thread is alive and one timed while none is differ by more than the
+        # hand-off (docs/vllm.md). The main rows are all timed with both loaders alive; the
+        # "no loader thread alive" rows show what that state is worth. Every repeat times every
+        # row, the two states in turn, so that a change in the machine's other load reaches all
+        # rows alike; the first repeat warms up (each new loader's first copy starts its pool).
+        times: dict = {}
+
+        def timed(rep, name, fn):
+            t0 = time.perf_counter()
+            fn()
+            if rep:
+                times.setdefault(name, []).append(time.perf_counter() - t0)
+
+        mm_a, mm_b, vec = torch.randn(256, 1024), torch.randn(1024, 1024), torch.randn(1 << 19)
+        ops: dict = {}
+
+        def small_ops(rep, state):
+            """A forward's shape: many short parallel regions (a loader, when alive, idles)."""
+            t0 = time.perf_counter()
+            for _ in range(a.ops_rounds):
+                torch.mm(mm_a, mm_b)
+                vec.add_(1.0)
+                vec.mul_(0.5)
+            if rep and a.ops_rounds:
+                ops.setdefault(state, []).append(time.perf_counter() - t0)
+
+        for rep in range(a.repeat + 1):
+            timed(rep, "memcpy, no loader thread alive", memcpy)
+            timed(rep, "get + unpack, calling thread, no loader thread alive", inline)
+            small_ops(rep, "no loader alive")
+            loaders = {pipelined: BlockLoader(fetch, unpack, layers, n, pipelined) for pipelined in (True, False)}
+            for loader in loaders.values():
+                on_loader(loader)
+            timed(rep, "memcpy (baseline)", memcpy)
+            timed(rep, "get into the segment", lambda: fetch(keys, 0))
+            timed(rep, "unpack into the KV tensors", lambda: unpack(None, ids, 0))
+            timed(rep, "get + unpack, calling thread", inline)
+            for pipelined in (True, False):
+                row = f"loader thread, {'layer-pipelined' if pipelined else 'all layers at once'}"
+                timed(rep, row, lambda: on_loader(loaders[pipelined], row if rep else None))
+            small_ops(rep, "the loaders alive")
+            for loader in loaders.values():
+                loader.close()
+            time.sleep(0.1)  # a loader's OpenMP pool ends just after its thread, past the join
+        for name in sorted(times, key=lambda name: name.endswith("no loader thread alive")):
+            results[name] = min(times[name])
         for lay in range(layers):  # what the KV tensors hold is what was put
             assert torch.equal(caches[lay][ids], expected[:, lay * page:(lay + 1) * page])
 
@@ -158,6 +221,13 @@ def main() -> int:
         sec_base = base * size / (n * bb)
         print(f"| {name}{f' ({a.save_blocks} blocks)' if name.startswith('save') else ''} | {sec:.4f} | "
               f"{size / sec / 1e9:.2f} | {sec_base / sec:.2f} |")
+    for row, pairs in handoff.items():
+        to_get, back = (statistics.median(x) * 1e3 for x in zip(*pairs))
+        print(f"{row}: hand-off {to_get:.2f} ms from submit to its get, {back:.2f} ms from its last copy "
+              f"to the wait's return (medians of {len(pairs)})")
+    if ops:
+        print(f"{a.ops_rounds} rounds of small torch ops on the calling thread: " + ", ".join(
+            f"{min(t):.3f} s (median {statistics.median(t):.3f}) with {state}" for state, t in ops.items()))
     os.system(f"rm -rf {tmp}")
     return 0
 
