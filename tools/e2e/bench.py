@@ -146,6 +146,25 @@ def run_engine(spec_path: str) -> int:
         wall = time.perf_counter() - t_start
         tot = {k: _Stats.totals[k] - base[k] for k in base}
         _emit({"event": "done", "wall_s": round(wall, 3), **tot})
+        if spec["hit_probe_len"]:
+            try:
+                await hit_probe(spec["hit_probe_len"])
+            except Exception as e:  # the replay's results stand without it
+                _emit({"event": "hit_probe", "error": repr(e)})
+
+    async def hit_probe(n: int) -> None:
+        # One prompt no session or warm-up shares: computed and saved once, then, with vLLM's own
+        # prefix cache emptied (the external cache kept), sent again: its TTFT is a load from the
+        # external cache, in the same engine for every system (Mooncake's segment lives in it).
+        ids = [11 + (i * 37 + 5) % 997 for i in range(n)]
+        miss = {}
+        await one("probe-miss", ids, miss)
+        await asyncio.sleep(spec["hit_probe_settle_s"])  # saves that land in the background
+        reset = await engine.reset_prefix_cache()
+        hit = {}
+        await one("probe-hit", ids, hit)
+        _emit({"event": "hit_probe", "len": n, "reset": reset, "miss_ttft_s": miss["ttft_s"],
+               "hit_ttft_s": hit["ttft_s"], "hit_cached_tokens": hit["num_cached_tokens"]})
 
     t_start = 0.0
     try:
@@ -258,7 +277,7 @@ def cache_system(system: str, tmp: str, a: argparse.Namespace, log_path: str):
             binp = os.path.join(MOONCAKE_PEERS, "mooncake", "mooncake_master")
             env = {"PYTHONPATH": MOONCAKE_PEERS}
             proc = subprocess.Popen(
-                [binp, f"--rpc_address=127.0.0.1", f"--rpc_port={port}", "--enable_http_metadata_server=true",
+                [binp, "--rpc_address=127.0.0.1", f"--rpc_port={port}", "--enable_http_metadata_server=true",
                  "--http_metadata_server_host=127.0.0.1", f"--http_metadata_server_port={http}",
                  "--metrics_host=127.0.0.1", f"--metrics_port={metrics}"],
                 stdout=log, stderr=log, env={**os.environ, **env}, start_new_session=True)
@@ -313,7 +332,8 @@ def run_system(system: str, rep: int, sessions: list, a: argparse.Namespace, out
         with cache_system(system, tmp, a, os.path.join(out_dir, f"{tag}.cache.log")) as (env_add, ktc, pid):
             spec = {"model": model_args(a), "model_dir": model_dir, "prefix_caching": not a.no_prefix_caching,
                     "gpu_blocks": a.gpu_blocks, "max_batched": a.max_batched, "max_tokens": a.max_tokens,
-                    "kv_transfer_config": ktc, "sessions": sessions}
+                    "kv_transfer_config": ktc, "sessions": sessions,
+                    "hit_probe_len": a.hit_probe_len, "hit_probe_settle_s": a.hit_probe_settle}
             spec_path = os.path.join(tmp, "spec.json")
             with open(spec_path, "w") as f:
                 json.dump(spec, f)
@@ -357,6 +377,10 @@ def run_system(system: str, rep: int, sessions: list, a: argparse.Namespace, out
     run["warmup_ttft_s"] = [r.get("ttft_s") for r in res if r["event"] == "warmup"]
     done = next((r for r in res if r["event"] == "done"), None)
     init = next((r for r in res if r["event"] == "engine_init"), None)
+    probe = next((r for r in res if r["event"] == "hit_probe"), None)
+    if probe:
+        run["hit_probe"] = probe if "error" in probe else {
+            k: probe[k] for k in ("len", "reset", "miss_ttft_s", "hit_ttft_s", "hit_cached_tokens")}
     run["engine_init_s"] = init["seconds"] if init else None
     run["requests"] = len(reqs)
     if done:
@@ -433,6 +457,11 @@ def main() -> int:
     p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument("--cache-gib", type=int, default=2, help="every external cache's capacity")
     p.add_argument("--timeout", type=int, default=1200)
+    p.add_argument("--hit-probe-len", type=int, default=2048,
+                   help="after the replay: a prompt of this many tokens, computed, then sent again with vLLM's "
+                        "own prefix cache reset (0: no probe)")
+    p.add_argument("--hit-probe-settle", type=float, default=2.0,
+                   help="seconds between the probe's miss and its hit, for saves that land in the background")
     p.add_argument("--kvtier-bin", default=os.path.join(REPO, "build", "release", "kvtier"))
     a = p.parse_args()
     if a.engine:

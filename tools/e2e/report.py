@@ -32,6 +32,7 @@ def main(outs: list) -> int:
         raise SystemExit(f"different workloads: {totals}")
     total = totals.pop()
     systems = []
+    j = lambda xs: "/".join(str(x) for x in xs)
     for r in runs:
         if r["system"] not in systems:
             systems.append(r["system"])
@@ -51,10 +52,22 @@ def main(outs: list) -> int:
         ext = [r.get("ext_hits", 0) for r in ok]
         loc = [r.get("local_hits", 0) for r in ok]
         rss = [r["cache_peak_rss_mib"] for r in ok if r.get("cache_peak_rss_mib") is not None]
-        j = lambda xs: "/".join(str(x) for x in xs)
         print(f"| {s} | {len(ok)} of {len(rs)} | {len(t)} | {pct(t, 50):.2f} | {pct(t, 99):.2f} | {statistics.mean(t):.2f} | "
               f"{pct(later, 50):.2f} | {statistics.mean(rps):.3f} | {j(ext)} of {total} | {j(loc)} | "
               f"{j(rss) if rss else '-'} | {j(r['warmup_ttft_s'][-1] for r in ok)} |")
+    probed = [r for r in runs if r.get("hit_probe") and "error" not in r["hit_probe"]]
+    if probed:
+        print()
+        print("| system | runs | probe tokens | miss TTFT (s, per run) | hit TTFT (s, per run) | hit TTFT median (s) | "
+              "tokens cached at the hit (per run) |")
+        print("|---|---|---|---|---|---|---|")
+        for s in systems:
+            ps = [r["hit_probe"] for r in probed if r["system"] == s]
+            if not ps:
+                continue
+            hits = [p["hit_ttft_s"] for p in ps]
+            print(f"| {s} | {len(ps)} | {j(sorted({p['len'] for p in ps}))} | {j(p['miss_ttft_s'] for p in ps)} | "
+                  f"{j(hits)} | {statistics.median(hits):.3f} | {j(p['hit_cached_tokens'] for p in ps)} |")
     return 0
 
 
