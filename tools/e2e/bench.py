@@ -253,7 +253,9 @@ def cache_system(system: str, tmp: str, a: argparse.Namespace, log_path: str):
             env = {"PYTHONPATH": a.kvtier_pkg}
             ktc = {"kv_connector": "KvtierConnector", "kv_connector_module_path": "kvtier.vllm.connector",
                    "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
-                   "kv_connector_extra_config": {"socket_path": sock, "tenant": "e2e"}}
+                   "kv_connector_extra_config": {"socket_path": sock, "tenant": "e2e",
+                                                 # the connector's per-request load and save timings
+                                                 "events_path": log_path.replace(".cache.log", ".events.jsonl")}}
             yield env, ktc, proc.pid
             return
         if system == "lmcache":
