@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -595,14 +596,17 @@ TEST(RemoteTier, ConcurrentWritersAndReadersOfOneKeyNeverSeeATornBlock) {
   EXPECT_EQ(good.load(), 160);
 }
 
-// This process's threads, from /proc/self/status.
-int ProcessThreads() {
-  std::ifstream status("/proc/self/status");
+// The number after `field` (e.g. "Threads:") in a /proc status file; -1 when it is not there.
+int64_t ProcStatusValue(const std::filesystem::path& status_file, std::string_view field) {
+  std::ifstream status(status_file);
   for (std::string line; std::getline(status, line);) {
-    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+    if (line.starts_with(field)) return std::stoll(line.substr(field.size()));
   }
   return -1;
 }
+
+// This process's threads.
+int ProcessThreads() { return static_cast<int>(ProcStatusValue("/proc/self/status", "Threads:")); }
 
 // Issue 16: a batch's parts run on the calling thread or on the workers the tier started at
 // Open, so batches from many threads at once start no thread of their own (a thread per part
@@ -660,10 +664,7 @@ uint64_t RemoteWorkerSleeps() {
     std::string name;
     std::getline(std::ifstream(task.path() / "comm"), name);
     if (name != RemoteTier::kWorkerThreadName) continue;
-    std::ifstream status(task.path() / "status");
-    for (std::string line; std::getline(status, line);) {
-      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) sleeps += std::stoull(line.substr(24));
-    }
+    sleeps += static_cast<uint64_t>(ProcStatusValue(task.path() / "status", "voluntary_ctxt_switches:"));
   }
   return sleeps;
 }
