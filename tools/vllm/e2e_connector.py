@@ -215,8 +215,11 @@ def roundtrip(a, tmp, env, socket_a, socket_b) -> bool:
     base = {"arch": a.arch, "model": model_args(a), "model_dir": model_dir, "socket": socket_a,
             "max_model_len": a.max_model_len, "extra": connector_extra(a), "tp": a.tp}
     dump_a, dump_b = os.path.join(tmp, "dumpA"), os.path.join(tmp, "dumpB")
+    # A sends P again once it finished, in the same engine (vLLM's prefix cache is off): the
+    # repeat loads P from kvtier, and its step carries the workers' report that P's puts landed.
     A = spawn({**base, "name": "A", "dump_dir": dump_a, "jobs": [
-        {"tag": "P", "len": a.prompt_len, "salt": 0, "max_tokens": 8, "logprobs": 5}]}, env, os.path.join(tmp, "A.log"))
+        {"tag": "P", "len": a.prompt_len, "salt": 0, "max_tokens": 8, "logprobs": 5},
+        {"tag": "P again", "len": a.prompt_len, "salt": 0, "max_tokens": 8}]}, env, os.path.join(tmp, "A.log"))
     base["socket"] = socket_b
     B = spawn({**base, "name": "B", "dump_dir": dump_b, "jobs": [
         {"tag": "P", "len": a.prompt_len, "salt": 0, "max_tokens": 8, "logprobs": 5},
@@ -235,6 +238,8 @@ def roundtrip(a, tmp, env, socket_a, socket_b) -> bool:
     # 128 under tensor parallelism; GQA: 128).
     bs = reg[0]["shape"][2] if reg else 128
     lk_b = [e for e in ev_b if e["event"] == "lookup"]
+    lk_a = [e for e in ev_a if e["event"] == "lookup"]
+    landed_a = [r for e in ev_a if e["event"] == "landed" for r, n in e["reports"].items() for _ in range(n)]
     saves_a = {f[5:-4] for f in os.listdir(dump_a) if f.startswith("save-")}
     loads_b = sorted(f[5:-4] for f in os.listdir(dump_b) if f.startswith("load-"))
     same = differ = 0
@@ -274,6 +279,8 @@ def roundtrip(a, tmp, env, socket_a, socket_b) -> bool:
         f"B loaded every matched block (on {a.tp} rank(s))": len(loads_b) == a.tp * expect_blocks,
         "B's pages after load == A's saved pages (bytes)": same == a.tp * expect_blocks and differ == 0 and same > 0,
         "outputs A == B": out_a == out_bp,
+        f"A's repeat of P matched {expect} tokens": len(lk_a) >= 2 and lk_a[-1]["matched_tokens"] == expect,
+        f"every rank ({a.tp}) reported P's puts landed, once": bool(lk_a) and landed_a.count(lk_a[0]["req_id"]) == a.tp,
         "different prompt Q misses (0 matched)": len(lk_b) >= 2 and lk_b[1]["matched_tokens"] == 0,
         "no load errors": all(e.get("failed", 0) == 0 for e in ev_b if e["event"] == "load"),
     }
@@ -284,7 +291,8 @@ def roundtrip(a, tmp, env, socket_a, socket_b) -> bool:
                e.get("asynchronous") == want_async for e in loads_ev)
     summary = {"event": "roundtrip", "arch": a.arch, "tp": a.tp, "prompt_len": a.prompt_len, "block_size": bs,
                "block_bytes": reg[0]["block_bytes"] if reg else None, "kv_shape": reg[0]["shape"] if reg else None,
-               "A_saved_blocks": len(saves_a), "B_lookups": [(e["req_id"], e["matched_tokens"]) for e in lk_b],
+               "A_saved_blocks": len(saves_a), "A_lookups": [(e["req_id"], e["matched_tokens"]) for e in lk_a], "A_landed": landed_a,
+               "B_lookups": [(e["req_id"], e["matched_tokens"]) for e in lk_b],
                "B_loaded_blocks": len(loads_b), "pages_equal": same, "pages_differ": differ,
                "out_A": out_a, "out_B": out_bp, "logprob_maxdiff_A_B": d_ab, "logprob_maxdiff_A_C_scrambled": d_ac if a.scramble_control else None,
                "logprobs_A": lp_a, "logprobs_B": lp_b, "logprobs_C": lp_c if a.scramble_control else None, "top0_A": top_a, "top0_B": top_b,

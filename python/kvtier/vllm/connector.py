@@ -18,9 +18,10 @@ Written against vLLM 0.32.0 (KVConnectorBase_V1; tools/vllm/README.md). Design: 
   (n, True), vLLM parks the request, and get_finished reports it once its blocks are in.
 - Saves leave the step (kvtier.vllm.saver): wait_for_save, after the forward that completed
   the blocks, copies their pages into the saver's staging segment and returns; the saver
-  thread puts them with its own client and segment. A request that saved returns True from
-  request_finished and is reported finished_sending once its puts landed, so the scheduler
-  never looks up a chain whose blocks are still on their way (it defers that request).
+  thread puts them with its own client and segment. request_finished returns False (vLLM
+  frees the blocks at once: their pages are in the staging); each worker reports a finished
+  request once its puts landed, in the connector's worker metadata (KvtierWorkerMetadata), and
+  until every worker did, the scheduler defers a lookup whose next block is still on its way.
 
 Threads: the scheduler role runs on vLLM's engine-core thread only. The worker role runs on
 vLLM's worker thread, plus the loader's and the saver's threads, each with its own client and
@@ -41,6 +42,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorMetadata,
     KVConnectorRole,
+    KVConnectorWorkerMetadata,
 )
 from vllm.logger import init_logger
 
@@ -82,6 +84,21 @@ class KvtierConnectorMetadata(KVConnectorMetadata):
     loads: list = field(default_factory=list)
     # (req_id, parent key16 or None, [(block_id, key16)]) to save after it
     saves: list = field(default_factory=list)
+
+
+@dataclass
+class KvtierWorkerMetadata(KVConnectorWorkerMetadata):
+    """Workers -> scheduler, once per step: the finished requests whose puts landed since the
+    last step, and on how many workers (vLLM aggregates the ranks' metadata with aggregate)."""
+
+    landed: dict = field(default_factory=dict)  # req_id -> workers that reported it
+
+    def aggregate(self, other: KVConnectorWorkerMetadata) -> KVConnectorWorkerMetadata:
+        assert isinstance(other, KvtierWorkerMetadata)
+        merged = dict(self.landed)
+        for req_id, count in other.landed.items():
+            merged[req_id] = merged.get(req_id, 0) + count
+        return KvtierWorkerMetadata(landed=merged)
 
 
 class KvtierConnector(KVConnectorBase_V1):
@@ -181,7 +198,7 @@ class KvtierConnector(KVConnectorBase_V1):
         # Waiting requests the server was told about (Client.expect: the predictive policy keeps
         # their blocks), withdrawn once their loads are in a step: req_id -> [(client, expect id)]
         self._expected: dict[str, list] = {}
-        self._landing = LandingSaves(_LANDING_WAIT_S)
+        self._landing = LandingSaves(_LANDING_WAIT_S, reporters=tp_size)
         # worker side
         self._layers: list = []  # (name, uint8 [num_blocks, page_bytes] view, page_bytes, offset)
         self._layer_index: dict = {}
@@ -196,6 +213,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._saver: Optional[BlockSaver] = None
         self._save_reqs: set = set()  # requests with saves in a step's metadata, until reported
         self._finishing: set = set()  # of them, finished in vLLM, reported once their puts landed
+        self._landed: set = set()  # of those, landed and not yet in a step's worker metadata
         self._sync_jobs: list = []  # this step's, until the forward is done with them
         self._stall_s = 0.0  # how long this step's forward waited for its loads
         self._load_started: dict = {}  # req_id -> perf_counter at submit
@@ -384,8 +402,8 @@ class KvtierConnector(KVConnectorBase_V1):
         if not self.has_connector_metadata():
             return
         meta = self._get_connector_metadata()
-        # Every rank reports finished_sending for the requests that saved (the scheduler returns
-        # True from request_finished for them), the ranks that do not save at once.
+        # Every rank reports the finished requests that saved (the scheduler counts the ranks),
+        # the ranks that do not save at once.
         self._save_reqs.update(req_id for req_id, _, _ in meta.saves)
         if not self._saves or not meta.saves or self._saver is None:
             return
@@ -420,15 +438,23 @@ class KvtierConnector(KVConnectorBase_V1):
         sent = {r for r in self._finishing if self._saver is None or not self._saver.pending(r)}
         self._finishing -= sent
         self._save_reqs -= sent
+        self._landed |= sent  # reported in build_connector_worker_meta, not as finished_sending
         if self._loader is None:
-            return (sent or None), None
+            return None, None
         done = set()
         now = time.perf_counter()
         for job in self._loader.take_finished():
             self.stats["async_loads"] += 1
             self._loaded(job, now - self._load_started.pop(job.req_id, now))
             done.add(job.req_id)
-        return (sent or None), (done or None)
+        return None, (done or None)
+
+    def build_connector_worker_meta(self) -> Optional[KvtierWorkerMetadata]:
+        if not self._landed:
+            return None
+        meta = KvtierWorkerMetadata(landed=dict.fromkeys(self._landed, 1))
+        self._landed = set()
+        return meta
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         self._finish_sync_loads()
@@ -500,7 +526,10 @@ class KvtierConnector(KVConnectorBase_V1):
         return ext_tokens, is_async
 
     def update_connector_output(self, connector_output) -> None:
-        self._landing.landed(connector_output.finished_sending or ())
+        meta = connector_output.kv_connector_worker_meta
+        if isinstance(meta, KvtierWorkerMetadata):
+            self._landing.landed(meta.landed)
+            self._event(event="landed", reports=meta.landed)
 
     def _expect(self, req_id: str, chain) -> None:
         """Tells the server that a waiting request will read `chain` (vLLM's waiting queue is
@@ -587,7 +616,8 @@ class KvtierConnector(KVConnectorBase_V1):
         self._async_to_start.discard(request.request_id)
         self._plans.pop(request.request_id, None)
         self._requests.pop(request.request_id, None)
-        # Its pages are already copied into the worker's staging, so vLLM may reuse its blocks;
-        # delaying the free is how the worker tells this side (finished_sending) that the puts
-        # landed, so a lookup of the same chain waits for them instead of missing.
-        return self._landing.finished(request.request_id), None
+        # Its pages are already copied into the worker's staging, so vLLM frees its blocks now
+        # (holding them until the puts land starved the next prompt of blocks); its keys are
+        # landing until the workers report them (update_connector_output).
+        self._landing.finished(request.request_id)
+        return False, None
