@@ -435,7 +435,8 @@ Result<ServiceResult> RunService(const ServeBenchmarkOptions& o, int clients, bo
                                                         .dram_prefault = prefault,
                                                         .dram_mib = o.dram_mib,
                                                         .max_connections = static_cast<uint32_t>(clients) + 16,
-                                                        .workers = o.workers}));
+                                                        .workers = o.workers,
+                                                        .max_workers = o.max_workers}));
     endpoint = o.tcp ? "127.0.0.1" : daemon->socket_path();
     port = daemon->tcp_port();
   } else if (o.tcp) {

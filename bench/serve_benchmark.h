@@ -46,6 +46,7 @@ struct ServeBenchmarkOptions {
   int load_threads = 2;                        // Default: 2 epoll threads drive the lookup clients
   uint32_t loops_per_core = 1;                 // Default: the lookup daemon runs an event loop per core
   uint32_t workers = 0;                        // Default: 0, the put+get daemon's own worker count
+  uint32_t max_workers = 0;                    // Default: 0, what its pool may grow to by default
   double seconds = 10;                         // Default: 10 s per phase
   uint64_t min_block_bytes = 256u << 10;       // Default: 256 KiB
   uint64_t max_block_bytes = 2u << 20;         // Default: 2 MiB

@@ -80,7 +80,8 @@ std::string ServeDaemonConfigYaml(const ServeDaemonOptions& o) {
     << "  metrics_host: 127.0.0.1\n  metrics_port: 0\n"
     << "limits:\n  max_connections: " << o.max_connections << "\n  io_timeout_ms: 10000\n"
     << "  event_loops: " << o.event_loops << "\n"
-    << "  workers: " << o.workers << "\n";
+    << "  workers: " << o.workers << "\n"
+    << "  max_workers: " << o.max_workers << "\n";
   return y.str();
 }
 

@@ -30,6 +30,7 @@ struct ServeDaemonOptions {
   int cores = 0;                 // pinned to the first `cores` CPUs this process may use; 0 = not pinned
   uint32_t event_loops = 0;      // limits.event_loops; 0 = the daemon's default
   uint32_t workers = 0;          // limits.workers; 0 = the daemon's default
+  uint32_t max_workers = 0;      // limits.max_workers; 0 = the daemon's default
 };
 
 // The daemon's YAML for `options` (also what the in-process baseline parses).

@@ -81,6 +81,11 @@ struct ServerOptions {
   // request blocks its worker on tier I/O (an NVMe read, a Redis round trip, a write-through
   // sync), so the pool is wider than the cores. Default: 0, four per hardware thread, 8 to 64
   uint32_t workers = 0;
+  // What the pool may grow to while workers wait on that I/O: a spare thread starts when a
+  // request waits and fewer than `workers` threads are not waiting on I/O, and ends after 2 s
+  // without a request (task_pool.h, "Blocking tasks"). So slow I/O does not starve requests
+  // that need none, and idle spares cost nothing. Default: 0, 256 (never fewer than `workers`)
+  uint32_t max_workers = 0;
   // Event loops, each with its own thread and its share of the connections (given in turn).
   // A loop reads every request of its connections and answers lookups itself when no tier is
   // shared (a hand-off to a worker costs more than the lookup); so one loop is a serial
@@ -100,6 +105,8 @@ struct ServerOptions {
   Status Validate() const;
   // `workers`, or what its default 0 stands for.
   uint32_t worker_threads() const;
+  // `max_workers`, or what its default 0 stands for.
+  uint32_t max_worker_threads() const;
   // `event_loops`, or what its default 0 stands for.
   uint32_t event_loop_threads() const;
   // The loops `event_loops` = 0 stands for on a host with `hardware_threads`: one per four,

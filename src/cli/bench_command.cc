@@ -109,6 +109,11 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
                     "Put+get phases: the daemon's worker threads (limits.workers; 0: its default)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
+  serve->add_option("--max-workers", serve_options->max_workers,
+                    "Put+get phases: what the daemon's worker pool may grow to while workers wait on I/O "
+                    "(limits.max_workers; 0: its default)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   serve->add_option("--seconds", serve_options->seconds, "Seconds of load per phase")->capture_default_str();
   serve->add_option("--min-block-bytes", serve_options->min_block_bytes, "Smallest block (4 KiB multiple)")->capture_default_str();
   serve->add_option("--max-block-bytes", serve_options->max_block_bytes, "Largest block (4 KiB multiple)")->capture_default_str();

@@ -252,6 +252,7 @@ TEST(ServeConfig, MistakesAreNamed) {
       {tiers + "limits:\n  max_frame_bytes: 10\n", "max_frame_bytes"},
       {tiers + "limits:\n  workers: 5000\n", "'workers' must be an integer from 0 to 1024"},
       {tiers + "limits:\n  workers: -1\n", "'workers' must be an integer from 0 to 1024"},
+      {tiers + "limits:\n  max_workers: 5000\n", "'max_workers' must be an integer from 0 to 4096"},
       {tiers + "limits:\n  event_loops: 300\n", "'event_loops' must be an integer from 0 to 256"},
       {tiers + "store:\n  promotion: sometimes\n", "'sometimes' is not adaptive or always"},
       {tiers + "model:\n  name: no-such-model\n", "model.name"},
@@ -277,7 +278,14 @@ TEST(ServeConfig, MistakesAreNamed) {
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->server.workers, 6u);
   EXPECT_EQ(ok->server.worker_threads(), 6u);
+  EXPECT_EQ(ok->server.max_worker_threads(), 256u) << "the default";
   EXPECT_EQ(ok->server.event_loop_threads(), 3u);
+  ok = ParseServeConfig(tiers + "store:\n  persistence: none\nlimits:\n  workers: 300\n  max_workers: 100\n", "t");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->server.max_worker_threads(), 300u) << "never fewer than the workers";
+  ok = ParseServeConfig(tiers + "store:\n  persistence: none\nlimits:\n  max_workers: 512\n", "t");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->server.max_worker_threads(), 512u);
 }
 
 }  // namespace

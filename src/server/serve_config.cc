@@ -186,7 +186,7 @@ Status ParseLimits(const YAML::Node& node, const std::string& where, ServerOptio
   const YamlMap m(node, where);
   KVTIER_RETURN_IF_ERROR(m.CheckKeys({"max_connections", "max_frame_bytes", "max_batch", "max_segments_per_client",
                                       "max_shared_bytes_per_client", "max_pins_per_client", "max_expectations_per_client",
-                                      "io_timeout_ms", "workers", "event_loops"}));
+                                      "io_timeout_ms", "workers", "max_workers", "event_loops"}));
   if (m.Has("max_connections")) {
     KVTIER_ASSIGN_OR_RETURN(int64_t v, m.Int("max_connections", 1, 1 << 20));
     s.max_connections = static_cast<uint32_t>(v);
@@ -221,6 +221,10 @@ Status ParseLimits(const YAML::Node& node, const std::string& where, ServerOptio
   if (m.Has("workers")) {
     KVTIER_ASSIGN_OR_RETURN(int64_t v, m.Int("workers", 0, 1024));
     s.workers = static_cast<uint32_t>(v);
+  }
+  if (m.Has("max_workers")) {
+    KVTIER_ASSIGN_OR_RETURN(int64_t v, m.Int("max_workers", 0, 4096));
+    s.max_workers = static_cast<uint32_t>(v);
   }
   if (m.Has("event_loops")) {
     KVTIER_ASSIGN_OR_RETURN(int64_t v, m.Int("event_loops", 0, 256));

@@ -175,6 +175,10 @@ uint32_t ServerOptions::worker_threads() const {
   return workers > 0 ? workers : std::clamp(4 * std::thread::hardware_concurrency(), 8u, 64u);
 }
 
+uint32_t ServerOptions::max_worker_threads() const {
+  return std::max(max_workers > 0 ? max_workers : 256u, worker_threads());
+}
+
 // One event loop and the connections it serves: every member is its loop thread's, except
 // what is posted to it from the acceptor's loop (new connections) or from workers (replies).
 struct LoopShard {
@@ -209,7 +213,8 @@ struct Server::Impl {
 
   Status StartLoops() {
     // Each connection has at most one request queued or running, so Submit never waits.
-    workers = std::make_unique<TaskPool>(static_cast<int>(options.worker_threads()), options.max_connections + 1, "kvtier-worker");
+    workers = std::make_unique<TaskPool>(static_cast<int>(options.worker_threads()), options.max_connections + 1, "kvtier-worker",
+                                         SpareThreads{.max_threads = static_cast<int>(options.max_worker_threads())});
     const bool lookups_on_loop = !HasSharedTier(store);
     for (uint32_t i = 0; i < options.event_loop_threads(); ++i) {
       auto shard = std::make_unique<LoopShard>();

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "util/little_endian.h"
+#include "util/task_pool.h"
 
 namespace kvtier {
 namespace {
@@ -164,6 +165,7 @@ Result<std::unique_ptr<BlockJournal>> BlockJournal::Create(const std::string& pa
 }
 
 Status BlockJournal::Compact() {
+  TaskPool::BlockingScope blocking;
   std::shared_ptr<const ScopedFd> old;
   uint64_t copied_until = 0;
   {
@@ -216,6 +218,7 @@ BlockJournal::BlockJournal(std::string path, ScopedFd fd, uint64_t end, uint64_t
       records_(records) {}
 
 Status BlockJournal::Append(std::span<const JournalRecord> records, bool durable) {
+  TaskPool::BlockingScope blocking;  // a write, and with `durable` an fdatasync (task_pool.h)
   const std::vector<std::byte> bytes = EncodeAll(records);
   {
     std::lock_guard lock(mu_);
@@ -237,6 +240,7 @@ Status BlockJournal::Append(std::span<const JournalRecord> records, bool durable
 }
 
 Status BlockJournal::Sync() {
+  TaskPool::BlockingScope blocking;
   std::shared_ptr<const ScopedFd> fd;
   {
     std::lock_guard lock(mu_);

@@ -24,6 +24,7 @@
 
 #include "tier/writer_checksum.h"
 #include "util/little_endian.h"
+#include "util/task_pool.h"
 
 namespace kvtier {
 namespace {
@@ -635,6 +636,7 @@ Status NvmeTier::Write(const WriteOp& op) { return std::move(WriteBatch({&op, 1}
 Result<std::size_t> NvmeTier::Read(const ReadOp& op) { return std::move(ReadBatch({&op, 1})[0]); }
 
 std::vector<Status> NvmeTier::WriteBatch(std::span<const WriteOp> ops) {
+  TaskPool::BlockingScope blocking;  // disk I/O: an elastic pool may start a thread meanwhile (task_pool.h)
   std::vector<Status> results(ops.size());
   struct Pending {
     std::size_t op;
@@ -723,6 +725,7 @@ std::vector<Status> NvmeTier::WriteBatch(std::span<const WriteOp> ops) {
 }
 
 std::vector<Result<std::size_t>> NvmeTier::ReadBatch(std::span<const ReadOp> ops) {
+  TaskPool::BlockingScope blocking;
   std::vector<Result<std::size_t>> results(ops.size(), Result<std::size_t>(Status::Internal("read not run")));
   auto miss = [&](std::size_t i) {
     counters_.read_misses.fetch_add(1, std::memory_order_relaxed);
@@ -826,6 +829,7 @@ std::optional<std::size_t> NvmeTier::Size(const BlockKey& key) const {
 }
 
 Status NvmeTier::Evict(const BlockKey& key) {
+  TaskPool::BlockingScope blocking;
   Entry evicted;
   {
     std::lock_guard lock(mutex_);

@@ -51,6 +51,7 @@
 #include "tier/writer_checksum.h"
 #include "util/little_endian.h"
 #include "util/posix_file.h"
+#include "util/task_pool.h"
 
 namespace kvtier {
 namespace {
@@ -230,6 +231,7 @@ Status ParallelFsTier::WriteTemp(const std::string& hex, const std::string& temp
 }
 
 Status ParallelFsTier::Write(const WriteOp& op) {
+  TaskPool::BlockingScope blocking;  // file I/O: an elastic pool may start a thread meanwhile (task_pool.h)
   const BlockKey& key = op.key;
   const std::span<const std::byte> payload = op.payload;
   const std::string hex = key.ToHex();
@@ -318,6 +320,7 @@ Status ParallelFsTier::Commit(const BlockKey& key, const std::string& temp, cons
 }
 
 Result<std::size_t> ParallelFsTier::Read(const ReadOp& op) {
+  TaskPool::BlockingScope blocking;
   const BlockKey& key = op.key;
   const std::span<std::byte> out = op.out;
   const std::string hex = key.ToHex();
@@ -426,6 +429,7 @@ Status ParallelFsTier::EvictShared(const BlockKey& key, const std::string& path)
 }
 
 Status ParallelFsTier::Evict(const BlockKey& key) {
+  TaskPool::BlockingScope blocking;
   const std::string hex = key.ToHex();
   const std::string path = BlockPath(hex);
   if (options_.shared) return EvictShared(key, path);
@@ -453,6 +457,7 @@ TierStats ParallelFsTier::GetStats() const {
 }
 
 Result<std::vector<BlockKey>> ParallelFsTier::ListKeys() const {
+  TaskPool::BlockingScope blocking;
   std::vector<BlockKey> keys;
   std::lock_guard lock(mu_);
   keys.reserve(sizes_.size());

@@ -277,6 +277,7 @@ void RemoteTier::RunChunksOnThisThread(std::span<Chunk> chunks, CommandBatch& ba
 }
 
 void RemoteTier::Run(CommandBatch& batch) const {
+  TaskPool::BlockingScope blocking;  // round trips: an elastic pool may start a thread meanwhile (task_pool.h)
   const std::size_t count = batch.keys.size();
   std::vector<bool> asking(count, false);
   std::vector<std::shared_ptr<RedisNode>> ask_target(count);
