@@ -189,16 +189,19 @@ TEST_F(ServerTest, PutLookupGetThroughSharedMemory) {
 }
 
 // Lookups are answered on the event loops, so their CPU time is what `kvtier bench serve`
-// divides by the lookups served (docs/serve.md): it must grow with them.
+// divides by the lookups served (docs/serve.md): it must grow with them. The worker pool's
+// gauges are published on the loops' ticks too.
 TEST_F(ServerTest, EventLoopsCountTheirCpuTime) {
   ServerOptions options;
   options.event_loops = 2;
+  options.workers = 3;
   StartServer(std::move(options));
   const auto wait_for = [this](const std::function<bool(const server::ServiceMetrics::Snapshot&)>& done) {
     for (int i = 0; i < 400 && !done(metrics_.Read()); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     return done(metrics_.Read());
   };
   EXPECT_TRUE(wait_for([](const auto& s) { return s.event_loops == 2; }));
+  EXPECT_TRUE(wait_for([](const auto& s) { return s.workers == 3 && s.workers_blocked == 0; }));
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   PutChain(*client, 1, 4);

@@ -295,6 +295,13 @@ void RenderService(const ServiceMetrics::Snapshot& s, Exposition& e) {
   e.Single("kvtier_event_loop_cpu_seconds_total", "counter",
            "CPU time the event loop threads used, all loops together (updated every 25 ms tick).",
            static_cast<double>(s.event_loop_cpu_ns) * 1e-9);
+  e.Single("kvtier_workers", "gauge", "Worker threads alive now, the spares included (limits.workers, max_workers).",
+           s.workers);
+  e.Single("kvtier_workers_blocked", "gauge", "Worker threads waiting on tier I/O now (a disk, a remote pool, an fsync).",
+           s.workers_blocked);
+  e.Single("kvtier_worker_spares_started_total", "counter",
+           "Spare worker threads started because the workers were waiting on I/O while requests queued.",
+           s.worker_spares_started);
 }
 
 }  // namespace
@@ -360,6 +367,11 @@ void ServiceMetrics::EventLoopsRunning(int64_t delta) { event_loops_.fetch_add(d
 void ServiceMetrics::EventLoopCpu(uint64_t nanoseconds) {
   event_loop_cpu_ns_.fetch_add(nanoseconds, std::memory_order_relaxed);
 }
+void ServiceMetrics::WorkerPool(int64_t threads, int64_t blocked, uint64_t spares_started) {
+  workers_.store(threads, std::memory_order_relaxed);
+  workers_blocked_.store(blocked, std::memory_order_relaxed);
+  worker_spares_started_.store(spares_started, std::memory_order_relaxed);
+}
 
 ServiceMetrics::Snapshot ServiceMetrics::Read() const {
   Snapshot s;
@@ -382,6 +394,9 @@ ServiceMetrics::Snapshot ServiceMetrics::Read() const {
   s.in_flight = in_flight_.load(std::memory_order_relaxed);
   s.event_loops = event_loops_.load(std::memory_order_relaxed);
   s.event_loop_cpu_ns = event_loop_cpu_ns_.load(std::memory_order_relaxed);
+  s.workers = workers_.load(std::memory_order_relaxed);
+  s.workers_blocked = workers_blocked_.load(std::memory_order_relaxed);
+  s.worker_spares_started = worker_spares_started_.load(std::memory_order_relaxed);
   return s;
 }
 

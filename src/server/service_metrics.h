@@ -72,6 +72,9 @@ class ServiceMetrics {
   // CPU time an event loop thread used (its own thread clock): a loop is a serial section,
   // since lookups are answered on it, so its busy time bounds how far one loop goes.
   void EventLoopCpu(uint64_t nanoseconds);
+  // The worker pool now (task_pool.h): its threads, those waiting on tier I/O, and the spare
+  // threads it started so far. Set by the server every event-loop tick.
+  void WorkerPool(int64_t threads, int64_t blocked, uint64_t spares_started);
 
   struct OpSnapshot {
     protocol::MessageType op = protocol::MessageType::kHello;
@@ -87,6 +90,8 @@ class ServiceMetrics {
     int64_t in_flight = 0;
     int64_t event_loops = 0;
     uint64_t event_loop_cpu_ns = 0;
+    int64_t workers = 0, workers_blocked = 0;
+    uint64_t worker_spares_started = 0;
   };
   Snapshot Read() const;
 
@@ -103,6 +108,8 @@ class ServiceMetrics {
   std::atomic<int64_t> in_flight_{0};
   std::atomic<int64_t> event_loops_{0};
   std::atomic<uint64_t> event_loop_cpu_ns_{0};
+  std::atomic<int64_t> workers_{0}, workers_blocked_{0};
+  std::atomic<uint64_t> worker_spares_started_{0};
 };
 
 // The Prometheus text exposition format 0.0.4 of the service metrics, the store's stats and

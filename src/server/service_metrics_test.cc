@@ -275,6 +275,7 @@ TEST(ServiceMetrics, ConnectionsAndInFlight) {
   m.EventLoopsRunning(-1);
   m.EventLoopCpu(1'000);
   m.EventLoopCpu(500);
+  m.WorkerPool(10, 3, 7);
   const ServiceMetrics::Snapshot s = m.Read();
   EXPECT_EQ(s.connections_open, 1);
   EXPECT_EQ(s.connections_total, 2u);
@@ -284,6 +285,9 @@ TEST(ServiceMetrics, ConnectionsAndInFlight) {
   EXPECT_EQ(s.in_flight, 2);
   EXPECT_EQ(s.event_loops, 1);
   EXPECT_EQ(s.event_loop_cpu_ns, 1'500u);
+  EXPECT_EQ(s.workers, 10);
+  EXPECT_EQ(s.workers_blocked, 3);
+  EXPECT_EQ(s.worker_spares_started, 7u);
 }
 
 TEST(MetricsRender, EveryFamilyIsWellFormed) {
@@ -291,6 +295,7 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
   service.RecordRequest(protocol::MessageType::kGet, 0.01, true, 8, 1 << 20);
   service.EventLoopsRunning(2);
   service.EventLoopCpu(1'500'000'000);
+  service.WorkerPool(12, 4, 5);
   StoreStats store;
   store.tiers.push_back({.name = "hbm", .kind = TierKind::kGpuHbm, .capacity_bytes = 1 << 30});
   store.tiers.push_back({.name = "nvme0", .kind = TierKind::kNvme});
@@ -324,13 +329,17 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
         "kvtier_request_payload_bytes_total", "kvtier_connections_open", "kvtier_connections_total",
         "kvtier_connections_rejected_total", "kvtier_frames_rejected_total", "kvtier_tls_handshakes_failed_total",
         "kvtier_checksum_mismatches_total", "kvtier_requests_in_flight", "kvtier_event_loops",
-        "kvtier_event_loop_cpu_seconds_total"}) {
+        "kvtier_event_loop_cpu_seconds_total", "kvtier_workers", "kvtier_workers_blocked",
+        "kvtier_worker_spares_started_total"}) {
     EXPECT_TRUE(e.types.contains(family)) << family;
   }
-  EXPECT_EQ(e.types.size(), 70u) << "a family was added: list it here and in docs/metrics.md";
+  EXPECT_EQ(e.types.size(), 73u) << "a family was added: list it here and in docs/metrics.md";
   EXPECT_EQ(e.Value("kvtier_checksum_mismatches_total", {{"direction", "put"}}), 0);
   EXPECT_EQ(e.Value("kvtier_event_loops", {}), 2);
   EXPECT_EQ(e.Value("kvtier_event_loop_cpu_seconds_total", {}), 1.5);
+  EXPECT_EQ(e.Value("kvtier_workers", {}), 12);
+  EXPECT_EQ(e.Value("kvtier_workers_blocked", {}), 4);
+  EXPECT_EQ(e.Value("kvtier_worker_spares_started_total", {}), 5);
 
   EXPECT_EQ(e.Value("kvtier_tier_capacity_bytes", {{"tier", "hbm"}, {"kind", "gpu_hbm"}}), 1 << 30);
   EXPECT_EQ(e.Value("kvtier_tier_blocks", {{"tier", "nvme0"}, {"kind", "nvme"}}), 0);

@@ -85,19 +85,9 @@ std::size_t TaskPool::queued() const {
   return tasks_.size();
 }
 
-int TaskPool::threads() const {
+TaskPool::Counts TaskPool::counts() const {
   std::lock_guard lock(mutex_);
-  return alive_;
-}
-
-int TaskPool::blocked() const {
-  std::lock_guard lock(mutex_);
-  return blocked_;
-}
-
-uint64_t TaskPool::spares_started() const {
-  std::lock_guard lock(mutex_);
-  return spares_started_;
+  return {.threads = alive_, .blocked = blocked_, .spares_started = spares_started_};
 }
 
 void TaskPool::Work(bool spare) {

@@ -51,12 +51,12 @@ class TaskPool {
   // Tasks queued and not yet started.
   std::size_t queued() const;
 
-  // Threads alive now (the fixed ones and the spares), and how many of them are inside a
-  // BlockingScope.
-  int threads() const;
-  int blocked() const;
-  // Spare threads started since the pool was made.
-  uint64_t spares_started() const;
+  struct Counts {
+    int threads = 0;  // alive now, the fixed ones and the spares
+    int blocked = 0;  // of them, inside a BlockingScope
+    uint64_t spares_started = 0;  // since the pool was made
+  };
+  Counts counts() const;
 
   // The calling task is about to block (see above) until the scope ends. Nested scopes count
   // once. Not copyable or movable: it belongs to its thread.

@@ -97,8 +97,8 @@ TEST(TaskPoolTest, AWorkerBlockedOnIoLetsASpareRunTheQueue) {
   pool.Submit([&ran] { ran.set_value(); });
   EXPECT_EQ(second.wait_for(std::chrono::seconds(10)), std::future_status::ready)
       << "the queued task waited for the blocked worker";
-  EXPECT_EQ(pool.spares_started(), 1u);
-  EXPECT_EQ(pool.blocked(), 1);
+  EXPECT_EQ(pool.counts().spares_started, 1u);
+  EXPECT_EQ(pool.counts().blocked, 1);
 }
 
 TEST(TaskPoolTest, AWorkerBusyWithoutABlockingScopeGetsNoSpare) {
@@ -109,8 +109,8 @@ TEST(TaskPoolTest, AWorkerBusyWithoutABlockingScopeGetsNoSpare) {
   pool.Submit([&] { second_ran = true; });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_FALSE(second_ran.load());
-  EXPECT_EQ(pool.spares_started(), 0u);
-  EXPECT_EQ(pool.threads(), 1);
+  EXPECT_EQ(pool.counts().spares_started, 0u);
+  EXPECT_EQ(pool.counts().threads, 1);
   busy.Open();
   EXPECT_TRUE(Eventually([&] { return second_ran.load(); }));
 }
@@ -127,9 +127,9 @@ TEST(TaskPoolTest, SparesStopAtMaxThreads) {
         ran.fetch_add(1);
       });
     }
-    ASSERT_TRUE(Eventually([&] { return pool.blocked() == 3; }));
+    ASSERT_TRUE(Eventually([&] { return pool.counts().blocked == 3; }));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    EXPECT_EQ(pool.threads(), 3);
+    EXPECT_EQ(pool.counts().threads, 3);
     EXPECT_EQ(pool.queued(), 2u);
   }
   EXPECT_EQ(ran.load(), 5);
@@ -146,10 +146,10 @@ TEST(TaskPoolTest, AnIdleSpareEnds) {
     std::atomic<bool> ran{false};
     pool.Submit([&] { ran = true; });
     ASSERT_TRUE(Eventually([&] { return ran.load(); }));
-    EXPECT_EQ(pool.threads(), 2);
-    EXPECT_EQ(pool.spares_started(), round);
+    EXPECT_EQ(pool.counts().threads, 2);
+    EXPECT_EQ(pool.counts().spares_started, round);
     io.Open();
-    EXPECT_TRUE(Eventually([&] { return pool.threads() == 1; }));
+    EXPECT_TRUE(Eventually([&] { return pool.counts().threads == 1; }));
   }
 }
 
@@ -160,13 +160,13 @@ TEST(TaskPoolTest, NestedBlockingScopesCountOnce) {
     TaskPool::BlockingScope outer;
     {
       TaskPool::BlockingScope nested;
-      inner.set_value(pool.blocked());
+      inner.set_value(pool.counts().blocked);
     }
-    after.set_value(pool.blocked());
+    after.set_value(pool.counts().blocked);
   });
   EXPECT_EQ(inner.get_future().get(), 1);
   EXPECT_EQ(after.get_future().get(), 1);
-  EXPECT_TRUE(Eventually([&] { return pool.blocked() == 0; }));
+  EXPECT_TRUE(Eventually([&] { return pool.counts().blocked == 0; }));
 }
 
 TEST(TaskPoolTest, ABlockingScopeOffAnElasticPoolDoesNothing) {
@@ -174,13 +174,13 @@ TEST(TaskPoolTest, ABlockingScopeOffAnElasticPoolDoesNothing) {
   std::promise<uint64_t> spares;
   fixed.Submit([&] {
     TaskPool::BlockingScope blocking;  // a fixed pool: no spare, nothing counted
-    spares.set_value(fixed.spares_started() + static_cast<uint64_t>(fixed.blocked()));
+    spares.set_value(fixed.counts().spares_started + static_cast<uint64_t>(fixed.counts().blocked));
   });
   EXPECT_EQ(spares.get_future().get(), 0u);
   TaskPool elastic(1, 16, "", UpTo(4));
   {
     TaskPool::BlockingScope blocking;  // the test's thread works for no pool
-    EXPECT_EQ(elastic.blocked(), 0);
+    EXPECT_EQ(elastic.counts().blocked, 0);
   }
 }
 
