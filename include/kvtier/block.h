@@ -168,4 +168,18 @@ uint64_t CopyWithChecksum(std::span<std::byte> dst, std::span<const std::byte> s
 BlockDigest Xxh3_128Digest(const void* data, std::size_t size);  // 16 bytes, canonical (big-endian)
 BlockDigest Sha256Digest(const void* data, std::size_t size);    // 32 bytes
 
+// SHA-256 of many messages that start with the same prefix (a tenant's namespace maps every
+// key of every request with one): the prefix is hashed once, here, and each Digest hashes
+// only the bytes after it. Digest(data) == Sha256Digest(prefix followed by data).
+//
+// Thread-safety: immutable after construction; Digest may be called from any thread.
+class Sha256WithPrefix {
+ public:
+  explicit Sha256WithPrefix(std::span<const std::byte> prefix);
+  BlockDigest Digest(std::span<const std::byte> data) const;
+
+ private:
+  alignas(8) std::array<std::byte, 128> state_{};  // the hash state after the prefix
+};
+
 }  // namespace kvtier

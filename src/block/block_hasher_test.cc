@@ -229,5 +229,28 @@ TEST(PayloadChecksum, DetectsAFlippedBit) {
   EXPECT_NE(PayloadChecksum(payload), before);
 }
 
+TEST(Sha256Digest, MatchesTheStandardsTestVectors) {
+  // FIPS 180-2, appendix B.1 and B.2.
+  const std::string one = "abc";
+  const std::string two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  EXPECT_EQ(Sha256Digest(one.data(), one.size()).ToHex(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(Sha256Digest(two.data(), two.size()).ToHex(),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+TEST(Sha256WithPrefix, EqualsTheDigestOfPrefixAndDataAtEveryBlockBoundary) {
+  std::vector<std::byte> bytes(300);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>(i * 131 + 7);
+  const std::span<const std::byte> all(bytes);
+  for (const std::size_t prefix : {0u, 1u, 25u, 55u, 56u, 63u, 64u, 65u, 119u, 128u, 200u}) {
+    const Sha256WithPrefix hash(all.first(prefix));
+    for (const std::size_t data : {0u, 1u, 16u, 39u, 64u, 100u}) {
+      EXPECT_EQ(hash.Digest(all.subspan(prefix, data)).ToHex(), Sha256Digest(bytes.data(), prefix + data).ToHex())
+          << "prefix " << prefix << ", data " << data;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvtier

@@ -29,7 +29,7 @@ class TenantNamespace {
 
  private:
   std::string tenant_;
-  std::vector<uint8_t> message_;  // what precedes the key: domain, tenant length, tenant
+  Sha256WithPrefix hash_;  // after what precedes the key: domain, tenant length, tenant
 };
 
 }  // namespace kvtier::server
