@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <system_error>
 
 namespace kvtier {
 namespace {
@@ -37,13 +38,23 @@ TaskPool::~TaskPool() {
 
 void TaskPool::StartThreadLocked(bool spare) {
   JoinEndedLocked();
-  ++alive_;
-  if (spare) ++spares_started_;
-  threads_.emplace_back([this, spare] {
+  auto body = [this, spare] {
     if (!name_.empty()) ::pthread_setname_np(::pthread_self(), name_.c_str());
     current_pool = this;
     Work(spare);
-  });
+  };
+  if (!spare) {
+    threads_.emplace_back(std::move(body));  // the pool cannot work without its own threads
+  } else {
+    // A spare is an optimization: at the process's thread limit the queue waits instead.
+    try {
+      threads_.emplace_back(std::move(body));
+    } catch (const std::system_error&) {
+      return;
+    }
+    ++spares_started_;
+  }
+  ++alive_;
 }
 
 void TaskPool::JoinEndedLocked() {
