@@ -27,6 +27,15 @@ void Check(int ok) {
   if (ok != 1) std::abort();
 }
 
+// Hashes `data` on top of `context` and returns the digest.
+BlockDigest FinishSha256(SHA256_CTX& context, const void* data, std::size_t size) {
+  BlockDigest digest;
+  Check(SHA256_Update(&context, data, size));
+  Check(SHA256_Final(digest.bytes.data(), &context));
+  digest.size = 32;
+  return digest;
+}
+
 std::string Hex(std::span<const uint8_t> bytes) {
   std::string out;
   out.reserve(bytes.size() * 2);
@@ -57,12 +66,8 @@ BlockDigest Xxh3_128Digest(const void* data, std::size_t size) {
 
 BlockDigest Sha256Digest(const void* data, std::size_t size) {
   SHA256_CTX context;
-  BlockDigest digest;
   Check(SHA256_Init(&context));
-  Check(SHA256_Update(&context, data, size));
-  Check(SHA256_Final(digest.bytes.data(), &context));
-  digest.size = 32;
-  return digest;
+  return FinishSha256(context, data, size);
 }
 
 static_assert(sizeof(SHA256_CTX) <= 128 && alignof(SHA256_CTX) <= 8, "Sha256WithPrefix::state_ must hold a SHA256_CTX");
@@ -77,11 +82,7 @@ Sha256WithPrefix::Sha256WithPrefix(std::span<const std::byte> prefix) {
 BlockDigest Sha256WithPrefix::Digest(std::span<const std::byte> data) const {
   SHA256_CTX context;
   std::memcpy(&context, state_.data(), sizeof(context));
-  BlockDigest digest;
-  Check(SHA256_Update(&context, data.data(), data.size()));
-  Check(SHA256_Final(digest.bytes.data(), &context));
-  digest.size = 32;
-  return digest;
+  return FinishSha256(context, data.data(), data.size());
 }
 
 std::string BlockKey::ToHex() const {

@@ -325,11 +325,12 @@ struct Server::Impl {
   void Tick(LoopShard& shard) {
     const auto now = Clock::now();
     for (auto& [id, connection] : shard.connections) connection->CheckDeadline(now);
-    if (&shard == &acceptor() && options.metrics != nullptr) {
+    if (&shard != &acceptor()) return;
+    if (options.metrics != nullptr) {
       const TaskPool::Counts pool = workers->counts();
       options.metrics->WorkerPool(pool.threads, pool.blocked, pool.spares_started);
     }
-    if (&shard == &acceptor() && accept_resumes && now >= *accept_resumes && !shard.stopping) {
+    if (accept_resumes && now >= *accept_resumes && !shard.stopping) {
       accept_resumes.reset();
       for (const ScopedFd* listener : {&unix_listener, &tcp_listener}) {
         if (listener->valid()) (void)shard.loop->Change(listener->get(), EPOLLIN);
