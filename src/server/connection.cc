@@ -140,7 +140,8 @@ void Connection::Read() {
     std::vector<ScopedFd> fds;
     // A large payload is read where it goes; the rest through the chunk, frames and all.
     const std::span<std::byte> direct = assembler_.DirectTarget(kReadChunk);
-    Result<StreamProgress> step = stream_->TryRead(direct.empty() ? std::span(chunk) : direct, fds);
+    const std::span<std::byte> target = direct.empty() ? std::span(chunk) : direct;
+    Result<StreamProgress> step = stream_->TryRead(target, fds);
     if (!step.ok()) {
       // Too many descriptors is the client's mistake, answered like a malformed frame;
       // anything else is a connection that is gone.
@@ -170,6 +171,10 @@ void Connection::Read() {
       rejected_ = fed;
     }
     for (std::size_t i = queued; i < requests_.size(); ++i) request_bytes_ += requests_[i].payload.size();
+    // A short read of a socket took all it held: epoll is level-triggered and reports what
+    // comes next, so asking again now would only add a failing recvmsg to every request
+    // (a third of a lookup's system calls). A TLS stream may hold decrypted bytes: it reads on.
+    if (step->bytes < target.size() && !stream_->Buffered()) return;
   }
 }
 
