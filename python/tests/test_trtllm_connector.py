@@ -349,15 +349,38 @@ def test_partial_prefix_hit_loads_the_shared_blocks_and_saves_the_rest(daemon, b
     b.close()
 
 
-def test_hit_is_cut_to_the_segment(daemon):
-    """A load reads its blocks in one Get: a hit ends where the worker's segment is full (3
-    blocks of 768 bytes here), and the engine computes the rest."""
+def test_a_hit_longer_than_the_segment_loads_in_segment_sized_gets(daemon):
+    """A segment of 3 blocks (of 768 bytes) and a hit of 4: the whole hit loads, in a Get of 3
+    blocks and a Get of 1, byte-equal."""
+    a = Engine(llm_args(url_of(daemon)), 32)
+    out_a = a.run(Request(1, PROMPT, 2))[0]
+    pages_a = [a.page_bytes(0, blk) for blk in range(4)]  # A's free list hands out 0, 1, 2, ...
+    a.close()
+    b = Engine(llm_args(url_of(daemon, f"shared_memory_bytes={3 * LAYERS * 2 * BS * ROW * 2}")), 32,
+               reverse_free=True)
+    worker_spy = ClientSpy(b.workers[0]._client)
+    b.workers[0]._client = worker_spy
+    ids = []
+    b.load_hook = lambda: ids.extend(b.blocks[2])
+    assert b.run(Request(2, PROMPT, 2))[0] == out_a
+    keys = kvtier.chain_keys(PROMPT, BS, "xxh3_128", root_seed="kvtier-trtllm")
+    assert b.matched[2] == 4 * BS and b.workers[0].stats["loaded_blocks"] == 4
+    assert worker_spy.got == [keys[0:3], keys[3:4]]
+    for i in range(4):
+        assert b.page_bytes(0, ids[i]) == pages_a[i], f"block {i} differs after the load"
+    b.close()
+
+
+def test_a_block_larger_than_the_segment_is_no_hit(daemon):
+    """A scheduler whose segment (512 bytes) cannot hold one stored block (768) finds no hit:
+    the engine computes the prompt, no error."""
     a = Engine(llm_args(url_of(daemon)), 32)
     out_a = a.run(Request(1, PROMPT, 2))[0]
     a.close()
-    b = Engine(llm_args(url_of(daemon, f"shared_memory_bytes={3 * LAYERS * 2 * BS * ROW * 2}")), 32)
+    b = Engine(llm_args(url_of(daemon)), 32)
+    b.scheduler = C.KvtierConnectorScheduler(llm_args(url_of(daemon, "shared_memory_bytes=512")))
     assert b.run(Request(2, PROMPT, 2))[0] == out_a
-    assert b.matched[2] == 12 and b.workers[0].stats["loaded_blocks"] == 3
+    assert b.matched[2] == 0 and b.workers[0].stats["loaded_blocks"] == 0
     b.close()
 
 

@@ -171,12 +171,12 @@ class KvtierConnectorScheduler(KvCacheConnectorScheduler):
                 self.stats["lookup_errors"] += 1
                 logger.warning("kvtier: lookup failed (treated as a miss): %s", e)
         usable = min(stored, worth) if self._options.use_cost_model else stored
-        if usable > local:
+        if usable > local and max(max(r[3][local:usable]) for r in found) > self._options.shared_memory_bytes:
             # The lookup starts at the root so that `stored` also tells which of the device's
             # blocks kvtier lacks (they are saved); the load reads only blocks [local, end),
-            # in one Get through the worker's segment: the hit ends where the segment is full.
-            largest = max(max(r[3][local:usable]) for r in found)
-            usable = min(usable, local + self._options.shared_memory_bytes // largest)
+            # as many Gets as the worker's segment needs. A block larger than the segment
+            # cannot be read at all (the worker refuses such a pool at registration).
+            usable = local
         ext, ext_tokens = matched_tokens(len(chain.keys), len(tokens), bs, local, usable)
         if ext:
             held, ext_tokens = self._pin(req_id, chain.keys[local:local + ext], len(tokens), local)
@@ -337,29 +337,32 @@ class KvtierConnectorWorker(KvCacheConnectorWorker):
             return
         if self._rows is None:
             raise RuntimeError("kvtier TensorRT-LLM connector: start_load_kv before register_kv_caches")
-        bb = self._block_bytes
         for req_id, blocks in meta.loads:
-            keys = [k for _, k in blocks]
-            n = len(keys)
-            if n * bb > len(self._shm):
-                raise RuntimeError(f"kvtier TensorRT-LLM connector: request {req_id}: {n} blocks of {bb} bytes do "
-                                   f"not fit the {len(self._shm)}-byte segment (the scheduler sized the hit "
-                                   "for shared_memory_bytes: give the scheduler and workers the same server_url)")
-            try:
-                sizes = self._client.get(keys, [self._shm[j * bb:(j + 1) * bb] for j in range(n)])
-            except kvtier.KvtierError as e:
-                raise RuntimeError(f"kvtier TensorRT-LLM connector: request {req_id}: loading {n} blocks "
-                                   f"TensorRT-LLM counts as computed failed ({e}); the engine cannot "
-                                   "recompute them, so this step stops here") from e
-            if len(sizes) != n or any(s != bb for s in sizes):
-                raise RuntimeError(f"kvtier TensorRT-LLM connector: request {req_id}: kvtier returned "
-                                   f"{len(sizes)} of {n} blocks, sizes {sorted(set(sizes))} for {bb}-byte "
-                                   "blocks (another layout under the same namespace?); set model= in "
-                                   "server_url to separate them")
-            src = self._staging[:n * bb].reshape(n, bb)
-            for i, b, count in contiguous_runs([b for b, _ in blocks]):
-                self._rows[b:b + count] = src[i:i + count]
-            self.stats["loaded_blocks"] += n
+            # A hit longer than the segment is read a segment's worth of blocks at a time.
+            for lo, hi in batch_ranges(len(blocks), self._block_bytes, len(self._shm)):
+                self._load(req_id, blocks[lo:hi])
+
+    def _load(self, req_id, blocks):
+        """Reads ``blocks`` ((device block, key) pairs, a segment's worth at most) in one Get
+        and copies them into the pool."""
+        bb = self._block_bytes
+        keys = [k for _, k in blocks]
+        n = len(keys)
+        try:
+            sizes = self._client.get(keys, [self._shm[j * bb:(j + 1) * bb] for j in range(n)])
+        except kvtier.KvtierError as e:
+            raise RuntimeError(f"kvtier TensorRT-LLM connector: request {req_id}: loading {n} blocks "
+                               f"TensorRT-LLM counts as computed failed ({e}); the engine cannot "
+                               "recompute them, so this step stops here") from e
+        if len(sizes) != n or any(s != bb for s in sizes):
+            raise RuntimeError(f"kvtier TensorRT-LLM connector: request {req_id}: kvtier returned "
+                               f"{len(sizes)} of {n} blocks, sizes {sorted(set(sizes))} for {bb}-byte "
+                               "blocks (another layout under the same namespace?); set model= in "
+                               "server_url to separate them")
+        src = self._staging[:n * bb].reshape(n, bb)
+        for i, b, count in contiguous_runs([b for b, _ in blocks]):
+            self._rows[b:b + count] = src[i:i + count]
+        self.stats["loaded_blocks"] += n
 
     def wait_for_layer_load(self, layer_idx: int, stream):
         return  # every layer is in before the forward starts (start_load_kv is synchronous)
