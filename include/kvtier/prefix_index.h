@@ -161,7 +161,7 @@ class PrefixIndex {
 
   void Unpin(std::span<const uint32_t> nodes) const;
   BlockInfo InfoLocked(uint32_t id) const;
-  void InsertSlotLocked(uint64_t lo, uint32_t id);
+  void InsertSlotLocked(uint64_t hash, uint32_t id);
   void EraseSlotLocked(std::size_t slot);
   void GrowTableLocked();
   void AppendLeafLocked(uint32_t id);
@@ -169,8 +169,8 @@ class PrefixIndex {
 
   mutable std::shared_mutex mutex_;
   std::unique_ptr<NodeArena> arena_;  // GUARDED_BY(mutex_) for structure; node atomics are lock-free
-  // Open addressing with linear probing over 12-byte slots (key's low word, node id) in
-  // huge pages. GUARDED_BY(mutex_).
+  // Open addressing with linear probing over 16-byte slots (a hash of the key, node id,
+  // parent id) in huge pages. GUARDED_BY(mutex_).
   class SlotArray;
   static std::unique_ptr<SlotArray> NewSlots(std::size_t count);
   std::unique_ptr<SlotArray> slots_;

@@ -14,11 +14,16 @@ constexpr uint32_t kNoNode = 0xffffffffu;
 constexpr std::size_t kChunkBits = 16;
 constexpr std::size_t kChunkSize = std::size_t{1} << kChunkBits;
 
-// The home slot of a key in a table of `slots` slots: its low word mixed (so that even
-// poorly mixed test keys spread) and mapped onto [0, slots) by a multiply, which lets the
-// table grow by 1.5x instead of doubling and keeps its load between 1/2 and 3/4.
-std::size_t Home(uint64_t lo, std::size_t slots) {
-  const Int128Unsigned mixed = lo * 0x9E3779B97F4A7C15ull;
+// What a slot keeps of its key: both words mixed into one. The low word alone was enough
+// for keys that are hashes, but a caller's structured keys (a counter in `lo`, an id in
+// `hi`) then shared a handful of home slots, and every probe walked one long cluster.
+uint64_t SlotHash(const BlockKey& key) { return BlockKeyHash{}(key); }
+
+// The home slot of a slot hash in a table of `slots` slots: mixed again and mapped onto
+// [0, slots) by a multiply, which lets the table grow by 1.5x instead of doubling and keeps
+// its load between 1/2 and 3/4.
+std::size_t Home(uint64_t hash, std::size_t slots) {
+  const Int128Unsigned mixed = hash * 0x9E3779B97F4A7C15ull;
   return static_cast<std::size_t>((mixed * slots) >> 64);
 }
 
@@ -27,10 +32,10 @@ std::size_t Next(std::size_t i, std::size_t slots) { return i + 1 == slots ? 0 :
 }  // namespace
 
 // A slot holds what a longest-prefix walk needs, so that the walk reads one cache line per
-// block and only writes the node: the key's low word, the node, and the node's parent
+// block and only writes the node: the key's SlotHash, the node, and the node's parent
 // (kNoNode when the slot is empty / the block is first).
 struct Slot {
-  uint64_t lo;
+  uint64_t hash;
   uint32_t node;
   uint32_t parent;
 };
@@ -157,10 +162,11 @@ PrefixIndex::~PrefixIndex() = default;
 
 // The slot holding `key`, or the slot count when absent. Requires mutex_ (any mode).
 static std::size_t FindSlot(const auto& slots, const auto& node_key, const BlockKey& key) {
-  for (std::size_t i = Home(key.lo, slots.size());; i = Next(i, slots.size())) {
+  const uint64_t hash = SlotHash(key);
+  for (std::size_t i = Home(hash, slots.size());; i = Next(i, slots.size())) {
     const uint32_t id = slots[i].node;
     if (id == kNoNode) return slots.size();
-    if (slots[i].lo == key.lo && node_key(id) == key) return i;
+    if (slots[i].hash == hash && node_key(id) == key) return i;
   }
 }
 
@@ -178,16 +184,16 @@ std::size_t PrefixIndex::LongestPrefix(std::span<const BlockKey> keys, std::span
   constexpr std::size_t kSlotDistance = 8;
   const SlotArray& slots = *slots_;
   const std::size_t n = slots.size();
-  auto prefetch_slot = [&](std::size_t i) { __builtin_prefetch(&slots[Home(keys[i].lo, n)]); };
+  auto prefetch_slot = [&](std::size_t i) { __builtin_prefetch(&slots[Home(SlotHash(keys[i]), n)]); };
   for (std::size_t i = 0; i < std::min(kSlotDistance, keys.size()); ++i) prefetch_slot(i);
   for (; found < keys.size(); ++found) {
     if (found + kSlotDistance < keys.size()) prefetch_slot(found + kSlotDistance);
-    // Match on the key's low 64 bits plus the parent link: a false match needs two keys equal
-    // in 64 bits under the same parent (2^-64), and stored payloads are fetched by the full
-    // 128-bit key, so such a match can only turn into a miss there, never wrong data.
-    const uint64_t lo = keys[found].lo;
-    std::size_t i = Home(lo, n);
-    while (slots[i].node != kNoNode && slots[i].lo != lo) i = Next(i, n);
+    // Match on the key's 64-bit SlotHash plus the parent link: a false match needs two keys
+    // with equal hashes under the same parent (2^-64), and stored payloads are fetched by the
+    // full 128-bit key, so such a match can only turn into a miss there, never wrong data.
+    const uint64_t hash = SlotHash(keys[found]);
+    std::size_t i = Home(hash, n);
+    while (slots[i].node != kNoNode && slots[i].hash != hash) i = Next(i, n);
     const Slot& slot = slots[i];
     if (slot.node == kNoNode) break;
     const uint64_t fingerprint = found < fingerprints.size() ? fingerprints[found] : 0;
@@ -243,7 +249,7 @@ Result<std::size_t> PrefixIndex::Insert(std::span<const BlockKey> keys, std::spa
     node.tiers.store(meta[i].tiers, std::memory_order_relaxed);
     node.last_access.store(now, std::memory_order_relaxed);
     node.access_count.store(1, std::memory_order_relaxed);
-    InsertSlotLocked(key.lo, id);
+    InsertSlotLocked(SlotHash(key), id);
     if (previous != kNoNode) {
       Node& up = arena_->at(previous);
       if (up.children++ == 0) UnlinkLeafLocked(previous);
@@ -279,7 +285,7 @@ void PrefixIndex::FindRun(std::span<const BlockKey> keys, RunStart start, std::v
   const std::size_t n = slots.size();
   // As LongestPrefix: the slots of block i + 8 are prefetched while block i is checked.
   constexpr std::size_t kSlotDistance = 8;
-  auto prefetch_slot = [&](std::size_t i) { __builtin_prefetch(&slots[Home(keys[i].lo, n)]); };
+  auto prefetch_slot = [&](std::size_t i) { __builtin_prefetch(&slots[Home(SlotHash(keys[i]), n)]); };
   auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
   for (std::size_t i = 0; i < std::min(kSlotDistance, keys.size()); ++i) prefetch_slot(i);
   uint32_t previous = kNoNode;
@@ -430,11 +436,11 @@ std::size_t PrefixIndex::MemoryBytes() const {
 
 // ---- table and leaf-list maintenance (mutex_ held exclusively) ----
 
-void PrefixIndex::InsertSlotLocked(uint64_t lo, uint32_t id) {
+void PrefixIndex::InsertSlotLocked(uint64_t hash, uint32_t id) {
   SlotArray& slots = *slots_;
-  std::size_t i = Home(lo, slots.size());
+  std::size_t i = Home(hash, slots.size());
   while (slots[i].node != kNoNode) i = Next(i, slots.size());
-  slots[i] = Slot{lo, id, arena_->at(id).parent};
+  slots[i] = Slot{hash, id, arena_->at(id).parent};
   ++used_;
 }
 
@@ -443,7 +449,7 @@ void PrefixIndex::EraseSlotLocked(std::size_t hole) {
   SlotArray& slots = *slots_;
   const std::size_t n = slots.size();
   for (std::size_t j = Next(hole, n); slots[j].node != kNoNode; j = Next(j, n)) {
-    const std::size_t home = Home(slots[j].lo, n);
+    const std::size_t home = Home(slots[j].hash, n);
     // Move j into the hole unless its home lies cyclically in (hole, j].
     const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
     if (!stays) {
@@ -460,7 +466,7 @@ void PrefixIndex::GrowTableLocked() {
   slots_ = NewSlots(old->size() + old->size() / 2);
   used_ = 0;
   for (const Slot& slot : *old) {
-    if (slot.node != kNoNode) InsertSlotLocked(slot.lo, slot.node);
+    if (slot.node != kNoNode) InsertSlotLocked(slot.hash, slot.node);
   }
 }
 

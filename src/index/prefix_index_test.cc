@@ -168,6 +168,38 @@ TEST(PrefixIndex, CollisionsAreMissesNeverAliases) {
   EXPECT_EQ(index.GetStats().collisions, 4u);
 }
 
+// Keys a caller builds from ids rather than hashes: many share a low word and differ only in
+// the high one. Every operation must still tell them apart by the whole key.
+TEST(PrefixIndex, StructuredKeysThatShareALowWord) {
+  PrefixIndex index;
+  constexpr uint64_t kChains = 500, kBlocks = 4;
+  auto key = [](uint64_t chain, uint64_t i) { return BlockKey{chain, i + 1}; };  // lo: the position only
+  for (uint64_t c = 0; c < kChains; ++c) {
+    std::vector<BlockKey> chain;
+    for (uint64_t i = 0; i < kBlocks; ++i) chain.push_back(key(c, i));
+    ASSERT_EQ(*index.Insert(chain, Metas(kBlocks), c), kBlocks);
+  }
+  EXPECT_EQ(index.size(), kChains * kBlocks);
+  for (uint64_t c = 0; c < kChains; c += 7) {
+    const std::vector<BlockKey> chain{key(c, 0), key(c, 1), key(c, 2), key(c, 3)};
+    EXPECT_EQ(index.LongestPrefix(chain), kBlocks);
+    EXPECT_EQ(index.Find(key(c, 2))->parent, key(c, 1));
+  }
+  // Block 1 of chain 8 after block 0 of chain 7: the same low word as chain 7's block 1, and
+  // the parent that block has, but another key: no match past block 0.
+  const std::vector<BlockKey> crossed{key(7, 0), key(8, 1)};
+  EXPECT_EQ(index.LongestPrefix(crossed), 1u);
+  std::vector<BlockInfo> run;
+  index.FindRun(crossed, PrefixIndex::RunStart::kChainStart, run);
+  EXPECT_EQ(run.size(), 1u);
+  // Evicting leaves moves slots back over their clusters; what stays is still found.
+  for (uint64_t c = 0; c < kChains; c += 2) ASSERT_TRUE(index.Evict(key(c, kBlocks - 1)).ok());
+  for (uint64_t c = 0; c < kChains; ++c) {
+    EXPECT_EQ(index.Find(key(c, kBlocks - 1)).has_value(), c % 2 == 1) << "chain " << c;
+    EXPECT_TRUE(index.Find(key(c, kBlocks - 2)).has_value()) << "chain " << c;
+  }
+}
+
 TEST(PrefixIndex, TiersAndTags) {
   PrefixIndex index;
   const auto a = Chain(1, 1);
