@@ -19,12 +19,17 @@ AlignedBufferPool::Buffer AlignedBufferPool::Acquire(std::size_t bytes) {
   const std::size_t capacity = RoundUp(bytes == 0 ? 1 : bytes);
   {
     std::lock_guard lock(mutex_);
-    auto it = free_.find(capacity);
-    if (it != free_.end() && !it->second.empty()) {
+    // The smallest kept buffer that holds the request, up to twice its size: blocks of
+    // varied sizes (several models, or MLA beside full attention) then share buffers
+    // instead of each size faulting in buffers of its own while the others sit idle.
+    auto it = free_.lower_bound(capacity);
+    if (it != free_.end() && it->first <= 2 * capacity) {
+      const std::size_t kept = it->first;
       std::byte* p = it->second.back();
       it->second.pop_back();
-      cached_bytes_ -= capacity;
-      return Buffer(p, Release(this, capacity));
+      if (it->second.empty()) free_.erase(it);
+      cached_bytes_ -= kept;
+      return Buffer(p, Release(this, kept));
     }
   }
   void* memory = nullptr;
@@ -33,14 +38,26 @@ AlignedBufferPool::Buffer AlignedBufferPool::Acquire(std::size_t bytes) {
 }
 
 void AlignedBufferPool::Put(std::byte* p, std::size_t capacity) {
+  std::vector<std::byte*> smaller;  // freed outside the lock
   {
     std::lock_guard lock(mutex_);
+    // Full: smaller buffers make room for a larger one, which serves more requests (Acquire
+    // takes any that holds the request); otherwise a pool full of small buffers would fault
+    // in every large one anew.
+    while (cached_bytes_ + capacity > max_cached_bytes_ && !free_.empty() && free_.begin()->first < capacity) {
+      auto smallest = free_.begin();
+      smaller.push_back(smallest->second.back());
+      smallest->second.pop_back();
+      cached_bytes_ -= smallest->first;
+      if (smallest->second.empty()) free_.erase(smallest);
+    }
     if (cached_bytes_ + capacity <= max_cached_bytes_) {
       free_[capacity].push_back(p);
       cached_bytes_ += capacity;
-      return;
+      p = nullptr;
     }
   }
+  for (std::byte* b : smaller) std::free(b);
   std::free(p);
 }
 

@@ -4,7 +4,9 @@
 // anew each time), so every I/O would first fault in a block's worth of zeroed pages; that
 // cost half of the NVMe tier's throughput in `kvtier bench tiers`. Buffers are kept per size
 // (rounded up to 64 KiB above 64 KiB, to 4 KiB below), up to `max_cached_bytes` in total;
-// beyond it a released buffer is freed.
+// beyond it, smaller kept buffers are freed to keep a larger released one, and a released
+// buffer no larger than any kept one is freed. A request takes the smallest kept buffer that
+// holds it, if that is at most twice its size.
 //
 // Thread-safety: Acquire and release (the Buffer's destructor) may run on any thread; one
 // mutex guards the free lists. The pool must outlive its buffers.
@@ -52,7 +54,7 @@ class AlignedBufferPool {
 
   const std::size_t max_cached_bytes_;
   mutable std::mutex mutex_;
-  std::map<std::size_t, std::vector<std::byte*>> free_;  // GUARDED_BY(mutex_): by capacity
+  std::map<std::size_t, std::vector<std::byte*>> free_;  // GUARDED_BY(mutex_): by capacity, none empty
   std::size_t cached_bytes_ = 0;                         // GUARDED_BY(mutex_)
 };
 
