@@ -1,6 +1,9 @@
 // The store's put path (store_state.h): a chain's new blocks go into the fastest tier that
 // admits them (with write-through, into the persist tier first); blocks already stored are
 // touched.
+#include <cstring>
+#include <memory>
+
 #include "store/store_state.h"
 
 namespace kvtier {
@@ -101,15 +104,21 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
       // The payload may be a client's shared segment, still being written: when two tiers get
       // a copy (write-through into a persist tier below a faster one, or a publish to the
       // shared tier), they must get the same bytes, so they are read from it once.
-      std::vector<std::byte> once;
+      std::shared_ptr<AlignedBufferPool::Buffer> copy;  // shared: a background publish keeps it
       BlockPut put = p;
       if (!p.payload.empty() && (shared_tier >= 0 || (write_through() && persist_tier > 0))) {
-        once.assign(p.payload.begin(), p.payload.end());
-        put.payload = once;
+        copy = std::make_shared<AlignedBufferPool::Buffer>(payload_copies.Acquire(p.payload.size()));
+        if (*copy == nullptr) {
+          return Status::ResourceExhausted("store: no memory to copy a block of " + std::to_string(p.payload.size()) +
+                                           " bytes");
+        }
+        std::memcpy(copy->get(), p.payload.data(), p.payload.size());
+        put.payload = {copy->get(), p.payload.size()};
       }
+      const std::span<const std::byte> once = put.payload;
       stored = StoreNew(put, i, meta, b, result, putting.keys);
       if (stored.ok() && *stored && shared_tier >= 0 && options.publish_in_background) {
-        Schedule([this, key = p.key, once = std::move(once), meta, sum = p.checksum] { Publish(key, once, meta, sum); });
+        Schedule([this, key = p.key, copy, once, meta, sum = p.checksum] { Publish(key, once, meta, sum); });
       } else if (stored.ok() && *stored && shared_tier >= 0) {
         Publish(p.key, once, meta, p.checksum);
       }

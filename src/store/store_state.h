@@ -53,6 +53,7 @@
 #include "store/block_journal.h"
 #include "store/expected_reads.h"
 #include "store/shared_card.h"
+#include "tier/aligned_buffer_pool.h"
 #include "util/profiled_rw_mutex.h"
 #include "util/task_pool.h"
 
@@ -137,6 +138,9 @@ struct TieredStore::Impl {
   std::atomic<uint64_t> compaction_floor{0};   // after a failed compaction: records before the next try
 
   std::unique_ptr<TaskPool> movers;
+  // A Put's private copy of a payload that two tiers get (Put): reused, so that a put does not
+  // fault in a fresh block-sized buffer each time. Thread-safe itself; up to 64 MiB kept.
+  AlignedBufferPool payload_copies{64u << 20};
   std::mutex flight_mu_;
   std::condition_variable flight_cv_;
   uint64_t in_flight = 0;  // GUARDED_BY(flight_mu_): moves queued or running
