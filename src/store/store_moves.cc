@@ -40,13 +40,21 @@ void TieredStore::Impl::Drain() {
 
 void TieredStore::Impl::KickRebalances() {
   RetryPendingEvictions();
+  // Every Put and Get ends here, and nearly all find no tier to queue: they look under the
+  // shared lock and take it exclusively only to queue one.
+  auto tier_due = [this](int t) { return OverHighWatermarkLocked(t) && !tier_state(t).rebalance_queued; };
+  {
+    std::shared_lock lock(mu_);
+    bool any = false;
+    for (int t = 0; t <= last_tier() && !any; ++t) any = tier_due(t);
+    if (!any) return;
+  }
   std::vector<int> due;
   {
-    std::lock_guard lock(mu_);
+    ExclusiveLock lock(*this);
     for (int t = 0; t <= last_tier(); ++t) {
-      TierState& ts = tier_state(t);
-      if (OverHighWatermarkLocked(t) && !ts.rebalance_queued) {
-        ts.rebalance_queued = true;
+      if (tier_due(t)) {
+        tier_state(t).rebalance_queued = true;
         due.push_back(t);
       }
     }
@@ -60,7 +68,7 @@ void TieredStore::Impl::Rebalance(int t, uint64_t need, uint64_t force_bytes) {
     if (batch.empty()) return;
     const std::vector<Status> moved = MoveVictims(t, batch);
     if (!SettleVictims(t, batch, moved)) {  // nothing could leave (pinned, interior, lower tiers failing)
-      std::lock_guard lock(mu_);
+      ExclusiveLock lock(*this);
       tier_state(t).rebalance_queued = false;
       return;
     }
@@ -69,7 +77,7 @@ void TieredStore::Impl::Rebalance(int t, uint64_t need, uint64_t force_bytes) {
 
 std::vector<TieredStore::Impl::Victim> TieredStore::Impl::PlanVictims(int t, uint64_t need, uint64_t& force_bytes) {
   std::vector<Victim> batch;
-  std::lock_guard lock(mu_);
+  ExclusiveLock lock(*this);
   TierState& ts = tier_state(t);
   const double target = options.low_watermark * static_cast<double>(ts.capacity);
   uint64_t planned = 0;
@@ -189,7 +197,7 @@ bool TieredStore::Impl::SettleVictims(int t, std::span<const Victim> batch, std:
   std::vector<std::pair<int, BlockKey>> parts_leaving;
   bool progressed = false;
   {
-    std::lock_guard lock(mu_);
+    ExclusiveLock lock(*this);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (SettleVictimLocked(t, batch[i], moved[i], leaving, parts_leaving)) progressed = true;
     }
@@ -199,7 +207,7 @@ bool TieredStore::Impl::SettleVictims(int t, std::span<const Victim> batch, std:
   {
     // A block stays claimed while its copy leaves, so that no write of the key (a Put of a
     // block just dropped, say) lands before the eviction and is deleted by it.
-    std::lock_guard lock(mu_);
+    ExclusiveLock lock(*this);
     for (const BlockKey& key : leaving) {
       if (auto it = blocks.find(key); it != blocks.end()) EndMoveLocked(key, it->second);
       ForgetLocked(key);  // dropped: held by no tier now
@@ -316,7 +324,7 @@ void TieredStore::Impl::PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefe
 std::vector<TieredStore::Impl::Promotion> TieredStore::Impl::BeginPromotions(std::span<const BlockKey> keys,
                                                                                bool prefetch) {
   std::vector<Promotion> moves;
-  std::lock_guard lock(mu_);
+  ExclusiveLock lock(*this);
   for (const BlockKey& key : keys) {
     const std::optional<BlockInfo> info = index.Find(key);
     auto it = blocks.find(key);
@@ -379,7 +387,7 @@ void TieredStore::Impl::FinishPromotion(Promotion& move, bool prefetch) {
   const std::span<const std::byte> payload = move.held.empty() ? std::span<const std::byte>(move.payload) : move.held;
   Result<int> placed = move.read.ok() ? Place(move.key, move.meta, move.block, payload, move.from, carried)
                                       : Result<int>(move.read);
-  std::lock_guard lock(mu_);
+  ExclusiveLock lock(*this);
   auto it = blocks.find(move.key);
   if (it == blocks.end()) return;
   EndMoveLocked(move.key, it->second);

@@ -25,7 +25,7 @@ std::optional<JournalRecord> TieredStore::Impl::JournalRecordLocked(const BlockK
 Status TieredStore::Impl::JournalPuts(int t, std::span<const BlockKey> keys) {
   std::vector<JournalRecord> records;
   {
-    std::lock_guard lock(mu_);
+    ExclusiveLock lock(*this);
     for (const BlockKey& key : keys) {
       const std::optional<BlockInfo> info = index.Find(key);
       const TierMask held = static_cast<TierMask>(((info ? info->meta.tiers : 0) & durable) | (1u << t));
@@ -42,7 +42,7 @@ Status TieredStore::Impl::JournalPuts(int t, std::span<const BlockKey> keys) {
 void TieredStore::Impl::JournalEviction(int t, const BlockKey& key) {
   std::optional<JournalRecord> record;
   {
-    std::lock_guard lock(mu_);
+    ExclusiveLock lock(*this);
     const std::optional<BlockInfo> info = index.Find(key);
     const TierMask left = static_cast<TierMask>((info ? info->meta.tiers : 0) & durable & ~(1u << t));
     if (left != 0) record = JournalRecordLocked(key, left);
@@ -55,7 +55,7 @@ void TieredStore::Impl::JournalEviction(int t, const BlockKey& key) {
 void TieredStore::Impl::MaybeCompactJournal() {
   uint64_t live = 0;  // copies in durable tiers: at least the blocks the journal lists
   {
-    std::lock_guard lock(mu_);
+    ExclusiveLock lock(*this);
     for (int t = 0; t <= last_tier(); ++t) {
       if (durable & (1u << t)) live += tier_state(t).blocks;
     }
@@ -67,7 +67,7 @@ void TieredStore::Impl::MaybeCompactJournal() {
   Schedule([this, records, min_records] {
     const Status compacted = journal->Compact();
     {
-      std::lock_guard lock(mu_);
+      ExclusiveLock lock(*this);
       if (compacted.ok()) {
         ++stats.journal_compactions;
       } else {
@@ -88,7 +88,7 @@ Status TieredStore::Impl::CopyToPersistTier(const BlockKey& key, std::vector<std
   int from = -1;
   BlockMeta meta;
   {
-    std::lock_guard lock(mu_);
+    ExclusiveLock lock(*this);
     const std::optional<BlockInfo> info = index.Find(key);
     auto it = blocks.find(key);
     if (!info || it == blocks.end() || info->meta.tiers == 0 || (info->meta.tiers & durable)) {
@@ -103,7 +103,7 @@ Status TieredStore::Impl::CopyToPersistTier(const BlockKey& key, std::vector<std
   uint64_t checksum = 0;  // carried to the persist tier, which checks the copy against it
   Status s = ReadFrom(from, key, buffer, &checksum);
   if (s.ok()) s = Persist(key, buffer, meta.size_bytes, checksum);
-  std::lock_guard lock(mu_);
+  ExclusiveLock lock(*this);
   auto it = blocks.find(key);
   if (it == blocks.end()) return s;
   EndMoveLocked(key, it->second);
@@ -230,7 +230,7 @@ Status TieredStore::Impl::Recover() {
   }
   std::vector<JournalRecord> recovered;
   {
-    std::lock_guard lock(mu_);
+    ExclusiveLock lock(*this);
     recovered = IndexRecoveredLocked(live.records, order, intact);
     stats.journal_ignored_bytes = live.ignored_bytes;
     stats.recovered_blocks = recovered.size();
@@ -246,7 +246,7 @@ Status TieredStore::Impl::Recover() {
         const Status evicted = tier_state(t).tier->Evict(live.records[i].key);
         if (evicted.ok() || evicted.code() == StatusCode::kNotFound) continue;
       }
-      std::lock_guard lock(mu_);
+      ExclusiveLock lock(*this);
       pending_evictions[live.records[i].key] |= static_cast<TierMask>(1u << t);
     }
   }
@@ -312,7 +312,7 @@ void TieredStore::Impl::EvictUnindexed() {
     if (!held.ok()) continue;  // a tier that cannot list (a shared pool) keeps what it holds
     std::vector<BlockKey> unindexed;
     {
-      std::lock_guard lock(mu_);
+      ExclusiveLock lock(*this);
       for (const BlockKey& key : *held) {
         const std::optional<BlockInfo> info = index.Find(key);
         if (!info || !(info->meta.tiers & (1u << t))) unindexed.push_back(key);
@@ -329,7 +329,7 @@ Status TieredStore::Impl::Flush() {
     Drain();  // blocks a mover holds are skipped below
     std::vector<BlockKey> keys;
     {
-      std::lock_guard lock(mu_);
+      ExclusiveLock lock(*this);
       index.ForEachBlock([&](const BlockInfo& info) {
         if (info.meta.tiers != 0 && !(info.meta.tiers & durable)) keys.push_back(info.key);
       });

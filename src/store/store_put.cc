@@ -38,7 +38,7 @@ Result<int> TieredStore::Impl::Place(const BlockKey& key, const BlockMeta& meta,
   for (int t = 0; t < end; ++t) {
     TierState& ts = tier_state(t);
     {
-      std::lock_guard lock(mu_);
+      ExclusiveLock lock(*this);
       const bool full = ts.capacity > 0 && ts.used + meta.size_bytes > ts.capacity;
       if (full && !ts.policy->ShouldAdmit(Resident(key, meta, b), Now())) {
         ++ts.stats.refused;
@@ -65,7 +65,7 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
     std::vector<BlockKey> keys;
     ~ChainPins() {
       {
-        std::lock_guard lock(s.mu_);
+        ExclusiveLock lock(s);
         for (const BlockKey& key : keys) {
           auto it = s.blocks.find(key);
           if (it != s.blocks.end() && it->second.pins > 0) --it->second.pins;
@@ -78,7 +78,7 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
   std::optional<BlockKey> previous = parent;
   uint64_t tokens_before = 0;
   if (parent) {
-    std::lock_guard lock(mu_);
+    ExclusiveLock lock(*this);
     auto it = blocks.find(*parent);
     if (it != blocks.end()) tokens_before = it->second.tokens_before + it->second.tokens;
   }
@@ -92,7 +92,7 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
     tokens_before += p.tokens;
     PutAction action = PutAction::kWait;
     {
-      std::unique_lock lock(mu_);
+      ExclusiveLock lock(*this);
       while (action == PutAction::kWait) {
         KVTIER_ASSIGN_OR_RETURN(action, IndexForPutLocked(p, i, previous, meta, b, putting.keys));
         if (action == PutAction::kWait) move_done_.wait(lock);
@@ -136,7 +136,7 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
     previous = p.key;
   }
   {
-    std::lock_guard lock(mu_);
+    ExclusiveLock lock(*this);
     ++stats.puts;
   }
   return result;
@@ -186,7 +186,7 @@ Result<TieredStore::Impl::PutAction> TieredStore::Impl::IndexForPutLocked(const 
 
 Result<bool> TieredStore::Impl::Repersist(const BlockPut& p, std::size_t i, const BlockMeta& meta) {
   const Status persisted = Persist(p.key, p.payload, meta.size_bytes, p.checksum);
-  std::lock_guard lock(mu_);
+  ExclusiveLock lock(*this);
   if (auto it = blocks.find(p.key); it != blocks.end()) {
     EndMoveLocked(p.key, it->second);
     if (persisted.ok()) AddToTierLocked(p.key, persist_tier, meta, it->second);
@@ -212,7 +212,7 @@ Result<bool> TieredStore::Impl::StoreNew(const BlockPut& p, std::size_t i, const
   } else {
     placed = Place(p.key, meta, b, p.payload, last_tier() + 1, p.checksum);
   }
-  std::lock_guard lock(mu_);
+  ExclusiveLock lock(*this);
   const bool stored = write_through() ? persisted.ok() : placed.ok() && *placed >= 0;
   if (!stored) {
     ForgetLocked(p.key);

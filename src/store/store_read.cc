@@ -147,15 +147,11 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
       replan_until = end;
     }
   }
-  {
-    // One exclusive section for the chain, not one per block: the policies learn of the hits
-    // in the chain's order, a moment later than the reads.
-    std::lock_guard lock(mu_);
-    for (std::size_t i = 0; i < hits.size(); ++i) RecordHitLocked(keys[i], hits[i].tier, transition, hits[i].gathered);
-    ++stats.gets;
-    stats.get_blocks += read;
-    if (read < keys.size()) ++stats.get_misses;
-  }
+  read_counters.gets.fetch_add(1, std::memory_order_relaxed);
+  read_counters.get_blocks.fetch_add(read, std::memory_order_relaxed);
+  if (read < keys.size()) read_counters.get_misses.fetch_add(1, std::memory_order_relaxed);
+  // No exclusive section: the policies learn of the hits, in the chain's order, from the next one.
+  DeferHits(keys, hits, transition);
   // A tier drops a block whose checksum failed; the halves of a split one are dropped here.
   for (const auto& [t, key] : evict) EvictFrom(t, key);
   if (!from_below.empty()) {
@@ -222,7 +218,7 @@ std::vector<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadBa
       if (done[k].ok() && *done[k] == p.bytes) {
         hits[p.i] = ReadHit{.tier = t, .bytes = p.bytes, .checksum = checksums[which[k]]};
       } else if (!done[k].ok() && done[k].status().code() == StatusCode::kCorruption) {
-        std::lock_guard lock(mu_);
+        ExclusiveLock lock(*this);
         ++stats.corrupt_blocks;
         DropCopyLocked(ops[k].key, t, evict);  // ReadForGet then reads the next copy
       }
@@ -265,7 +261,7 @@ Result<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadForGet(
       return std::optional<ReadHit>(
           ReadHit{.tier = t, .bytes = size, .checksum = checksum, .gathered = split.has_value()});
     }
-    std::lock_guard lock(mu_);
+    ExclusiveLock lock(*this);
     if (n.code() == StatusCode::kCorruption) {
       ++stats.corrupt_blocks;
       DropCopyLocked(key, t, evict);  // and try the next copy
@@ -284,12 +280,41 @@ Result<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadForGet(
   return miss;
 }
 
-void TieredStore::Impl::RecordHitLocked(const BlockKey& key, int t, TransitionType transition, bool gathered) {
+void TieredStore::Impl::DeferHits(std::span<const BlockKey> keys, std::span<const ReadHit> hits,
+                                  TransitionType transition) {
+  if (hits.empty()) return;
+  const double at = Now();
+  bool full = false;
+  {
+    std::lock_guard lock(hits_mu_);
+    for (std::size_t i = 0; i < hits.size(); ++i) {
+      deferred_hits.push_back(
+          {.key = keys[i], .tier = hits[i].tier, .transition = transition, .gathered = hits[i].gathered, .at = at});
+    }
+    hits_deferred.store(true, std::memory_order_release);
+    full = deferred_hits.size() >= kMaxDeferredHits;
+  }
+  if (full) ExclusiveLock apply(*this);
+}
+
+void TieredStore::Impl::ApplyDeferredHitsLocked() {
+  if (!hits_deferred.load(std::memory_order_acquire)) return;
+  {
+    std::lock_guard lock(hits_mu_);
+    applying_hits.swap(deferred_hits);
+    hits_deferred.store(false, std::memory_order_relaxed);
+  }
+  for (const DeferredHit& h : applying_hits) RecordHitLocked(h.key, h.tier, h.transition, h.gathered, h.at);
+  applying_hits.clear();
+}
+
+void TieredStore::Impl::RecordHitLocked(const BlockKey& key, int t, TransitionType transition, bool gathered,
+                                        double at) {
   if (gathered) ++stats.head_split_reads;
   TierState& ts = tier_state(t);
   ++ts.stats.hits;
-  ts.policy->Touch(key, transition, Now());
-  index.Touch({&key, 1}, static_cast<uint64_t>(Now() * 1e6));
+  ts.policy->Touch(key, transition, at);
+  index.Touch({&key, 1}, static_cast<uint64_t>(at * 1e6));
   auto it = blocks.find(key);
   if (it != blocks.end() && it->second.promoted_to >= t) SettlePromotionLocked(it->second, /*used=*/true);
   if (t == 0 && it != blocks.end() && it->second.prefetched) {

@@ -39,7 +39,7 @@ void TieredStore::Impl::WriteCards(std::span<const BlockKey> written) {
   std::vector<Tier::WriteOp> ops;
   cards.reserve(written.size());
   {
-    std::lock_guard lock(mu_);
+    ExclusiveLock lock(*this);
     for (const BlockKey& key : written) {
       const std::optional<BlockInfo> info = index.Find(key);
       auto it = blocks.find(key);
@@ -59,7 +59,7 @@ void TieredStore::Impl::WriteCards(std::span<const BlockKey> written) {
     if (!s.ok()) ++failed;
   }
   if (failed > 0) {
-    std::lock_guard lock(mu_);
+    ExclusiveLock lock(*this);
     stats.shared_publish_failures += failed;
   }
 }
@@ -67,12 +67,12 @@ void TieredStore::Impl::WriteCards(std::span<const BlockKey> written) {
 void TieredStore::Impl::Publish(const BlockKey& key, std::span<const std::byte> payload, const BlockMeta& meta,
                                 std::optional<uint64_t> checksum) {
   {
-    std::lock_guard lock(mu_);
+    ExclusiveLock lock(*this);
     const std::optional<BlockInfo> info = index.Find(key);
     if (!info || (info->meta.tiers & (1u << shared_tier))) return;  // gone, or there already
   }
   const Status written = WriteMakingRoom(shared_tier, key, payload, meta.size_bytes, checksum);
-  std::lock_guard lock(mu_);
+  ExclusiveLock lock(*this);
   auto it = blocks.find(key);
   const std::optional<BlockInfo> info = index.Find(key);
   if (!written.ok()) {
@@ -105,7 +105,7 @@ std::size_t TieredStore::Impl::IndexSharedBlocks(std::span<const BlockKey> keys,
     cards.push_back(*card);
   }
   if (cards.empty()) return 0;
-  std::lock_guard lock(mu_);
+  ExclusiveLock lock(*this);
   return IndexCardsLocked(cards);
 }
 

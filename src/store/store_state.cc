@@ -141,7 +141,7 @@ Status TieredStore::Impl::WriteBytes(int t, const BlockKey& key, std::span<const
     if (t == shared_tier) WriteCards({&key, 1});
     return Status::Ok();
   }
-  std::lock_guard lock(mu_);
+  ExclusiveLock lock(*this);
   if (ts.capacity > 0 && ts.used + bytes > ts.capacity) return Status::ResourceExhausted(ts.stats.name + " is full");
   return Status::Ok();
 }
@@ -174,7 +174,7 @@ void TieredStore::Impl::EvictFrom(int t, const BlockKey& key) {
   const Status evicted = options.metadata_only ? Status::Ok() : tier_state(t).tier->Evict(key);
   if (t == shared_tier) (void)tier_state(t).tier->Evict(CardKey(key));  // forgotten here, kept in the pool
   if (!evicted.ok() && evicted.code() != StatusCode::kNotFound) {
-    std::lock_guard lock(mu_);
+    ExclusiveLock lock(*this);
     ++stats.eviction_failures;
     const std::optional<BlockInfo> info = index.Find(key);
     if (pending_evictions.size() < kMaxPendingEvictions && !(info && (info->meta.tiers & (1u << t)))) {
@@ -188,11 +188,15 @@ void TieredStore::Impl::EvictFrom(int t, const BlockKey& key) {
 }
 
 void TieredStore::Impl::RetryPendingEvictions() {
+  {
+    std::shared_lock lock(mu_);  // nearly always none: no exclusive section for every Put and Get
+    if (pending_evictions.empty()) return;
+  }
   for (int budget = kEvictionRetriesPerCall; budget > 0; --budget) {
     int t = -1;
     BlockKey key;
     {
-      std::lock_guard lock(mu_);
+      ExclusiveLock lock(*this);
       if (pending_evictions.empty()) return;
       auto it = pending_evictions.begin();
       key = it->first;
@@ -204,7 +208,7 @@ void TieredStore::Impl::RetryPendingEvictions() {
     }
     const Status evicted = tier_state(t).tier->Evict(key);
     if (evicted.ok() || evicted.code() == StatusCode::kNotFound) continue;
-    std::lock_guard lock(mu_);
+    ExclusiveLock lock(*this);
     ++stats.eviction_failures;
     const std::optional<BlockInfo> info = index.Find(key);
     if (!(info && (info->meta.tiers & (1u << t)))) pending_evictions[key] |= static_cast<TierMask>(1u << t);
@@ -234,7 +238,7 @@ Status TieredStore::Impl::RetryWriteMakingRoom(int t, const BlockKey& key, std::
   Status s = WriteBytes(t, key, payload, bytes, checksum);
   if (s.code() != StatusCode::kResourceExhausted) return s;
   {
-    std::lock_guard lock(mu_);
+    ExclusiveLock lock(*this);
     if (ts.used + bytes > ts.capacity) return s;
   }
   Rebalance(t, bytes, uint64_t{kReclaimBlocks} * bytes);

@@ -16,7 +16,11 @@
 // (util/rw_mutex.h, writers first; profiled, StoreStats::metadata_lock): what only reads them
 // takes it shared, so lookups and the planning half of reads run side by side (Lookup,
 // PlanReads, ReadForGet's second look, GetStats); everything that changes them takes it
-// exclusively. The index and `blocks`
+// exclusively, through ExclusiveLock. A Get takes it only shared: the hits it read are
+// deferred (DeferHits, under `hits_mu_`) and applied to the policies and counters by the next
+// exclusive section, before it does anything else (ApplyDeferredHitsLocked), so a policy
+// never picks a victim or refuses an admission without the hits read before; a Get that
+// finds kMaxDeferredHits waiting applies them itself. The index and `blocks`
 // change only under the exclusive lock, so they always agree; the index's own lock is then
 // never contended by a writer. `read_counters` are atomics, counted under the shared lock.
 // Methods whose names end in `Locked` need `mu_` held (exclusively, unless they say "shared
@@ -29,7 +33,9 @@
 // Put that must write a block a mover holds waits on `move_done_` (with `mu_` exclusive)
 // until the mover lets it go. A Get plans its chain's reads under one shared section, reads,
 // and records the hits (policy touches) in one exclusive section at the end.
-// `flight_mu_` guards `in_flight` only and is never held together with `mu_`.
+// `flight_mu_` guards `in_flight` only and is never held together with `mu_`. `hits_mu_`
+// guards `deferred_hits` only; it is taken with `mu_` held or not, and nothing is taken
+// while it is held.
 // `prefetch_window`, `movers` and `journal` are thread-safe themselves.
 #pragma once
 
@@ -102,11 +108,54 @@ struct TieredStore::Impl {
   std::function<double()> clock;
 
   mutable ProfiledRwMutex mu_;
-  // The counters that Lookup, which holds `mu_` shared, adds to; GetStats folds them into `stats`.
+  // The counters that Lookup and Get, which hold `mu_` shared, add to; GetStats folds them into `stats`.
   struct ReadCounters {
     std::atomic<uint64_t> lookups{0}, lookup_blocks{0}, lookup_hit_blocks{0}, recompute_preferred{0};
+    std::atomic<uint64_t> gets{0}, get_blocks{0}, get_misses{0};
   };
   ReadCounters read_counters;
+  // Hits that Gets read and the policies have not seen yet (the locking comment above).
+  struct DeferredHit {
+    BlockKey key;
+    int tier = 0;
+    TransitionType transition{};
+    bool gathered = false;
+    double at = 0;  // the store's clock when the Get read it: what the policies are told
+  };
+  // Enough to keep a Get off the exclusive lock between writers, few enough that applying
+  // them holds it for about 1 ms at worst.
+  static constexpr std::size_t kMaxDeferredHits = 4096;
+  std::mutex hits_mu_;
+  std::vector<DeferredHit> deferred_hits;      // GUARDED_BY(hits_mu_)
+  std::atomic<bool> hits_deferred{false};      // deferred_hits is not empty: lets sections skip hits_mu_
+  std::vector<DeferredHit> applying_hits;      // GUARDED_BY(mu_): swapped with deferred_hits to apply them
+
+  // `mu_` held exclusively, the hits Gets deferred applied first (the locking comment above).
+  // Meets BasicLockable, so that move_done_ can wait on it; a wait's relock applies nothing.
+  class ExclusiveLock {
+   public:
+    explicit ExclusiveLock(Impl& s) : s_(s) {
+      s_.mu_.lock();
+      s_.ApplyDeferredHitsLocked();
+    }
+    ~ExclusiveLock() {
+      if (held_) s_.mu_.unlock();
+    }
+    ExclusiveLock(const ExclusiveLock&) = delete;
+    ExclusiveLock& operator=(const ExclusiveLock&) = delete;
+    void lock() {
+      s_.mu_.lock();
+      held_ = true;
+    }
+    void unlock() {
+      held_ = false;
+      s_.mu_.unlock();
+    }
+
+   private:
+    Impl& s_;
+    bool held_ = true;
+  };
   PrefixIndex index;                                         // mutated only under mu_
   std::unordered_map<BlockKey, Block, BlockKeyHash> blocks;  // GUARDED_BY(mu_)
   std::vector<TierState> tiers;                              // GUARDED_BY(mu_) except `tier`
@@ -228,7 +277,7 @@ struct TieredStore::Impl {
   // Forgets a block held by no tier: out of the index (it is a leaf) and the table; so are
   // its ancestors held by no tier that it leaves without children (copies a tier lost).
   void ForgetLocked(const BlockKey& key);
-  bool OverHighWatermarkLocked(int t) const;
+  bool OverHighWatermarkLocked(int t) const;  // shared is enough
 
   // --- I/O, or its accounting in a metadata-only store (store_state.cc) ------------------
   // Journals the block first when `t` is the persist tier, then WriteBytes.
@@ -443,8 +492,14 @@ struct TieredStore::Impl {
   Result<std::optional<ReadHit>> ReadForGet(const BlockKey& key, std::size_t i, const std::optional<BlockKey>& previous,
                                             std::span<std::byte> out, const PlannedRead* planned,
                                             std::vector<std::pair<int, BlockKey>>& evict);
-  // Counts a read from tier `t` (`gathered`: from a split copy) and touches the block.
-  void RecordHitLocked(const BlockKey& key, int t, TransitionType transition, bool gathered);
+  // Counts a read from tier `t` (`gathered`: from a split copy) and touches the block, as
+  // read at `at` (the store's clock).
+  void RecordHitLocked(const BlockKey& key, int t, TransitionType transition, bool gathered, double at);
+  // A Get's hits (hits[i] is keys[i]'s), for the next exclusive section to record; applies
+  // them at once, taking `mu_` exclusively, when kMaxDeferredHits wait. Called with `mu_` released.
+  void DeferHits(std::span<const BlockKey> keys, std::span<const ReadHit> hits, TransitionType transition);
+  // Records the deferred hits (RecordHitLocked), in the order the Gets deferred them.
+  void ApplyDeferredHitsLocked();
   // Reads a block from tier `t`, gathering its parts when its copy there is split (`split`,
   // SplitIn as the caller saw it under `mu_`: a split that changes meanwhile shows as a size
   // mismatch, which ReadFrom reports for a retry). Sets `checksum`, when given, to the

@@ -143,7 +143,7 @@ Result<std::size_t> TieredStore::Get(std::span<const BlockKey> keys, std::span<c
 
 void TieredStore::Retag(std::span<const BlockTags> updates) {
   Impl& s = *impl_;
-  std::lock_guard lock(s.mu_);
+  Impl::ExclusiveLock lock(s);
   for (const BlockTags& u : updates) {
     auto it = s.blocks.find(u.key);
     if (it == s.blocks.end() || !s.index.SetTags(u.key, u.type, u.transition).ok()) continue;
@@ -167,7 +167,7 @@ void TieredStore::Prefetch(std::span<const BlockKey> keys) {
 Result<StorePin> TieredStore::Pin(std::span<const BlockKey> keys) {
   Impl& s = *impl_;
   std::vector<BlockKey> pinned;
-  std::lock_guard lock(s.mu_);
+  Impl::ExclusiveLock lock(s);
   for (const BlockInfo& info : s.IndexedRunLocked(keys)) {
     auto it = s.blocks.find(info.key);
     if (it == s.blocks.end()) break;
@@ -181,7 +181,7 @@ Result<StorePin> TieredStore::Pin(std::span<const BlockKey> keys) {
 
 StoreExpectation TieredStore::Expect(std::span<const BlockKey> keys) {
   Impl& s = *impl_;
-  std::lock_guard lock(s.mu_);
+  Impl::ExclusiveLock lock(s);
   const uint64_t order = ++s.expect_sequence;
   // Orders only grow, so a block's soonest read changes only when this is its first.
   for (const BlockKey& key : keys) {
@@ -192,7 +192,7 @@ StoreExpectation TieredStore::Expect(std::span<const BlockKey> keys) {
 
 void TieredStore::Unexpect(std::span<const BlockKey> keys, uint64_t order) {
   Impl& s = *impl_;
-  std::lock_guard lock(s.mu_);
+  Impl::ExclusiveLock lock(s);
   for (const BlockKey& key : keys) {
     const bool was_soonest = s.expected.Soonest(key) == order;
     const std::optional<uint64_t> soonest = s.expected.Remove(key, order);
@@ -203,7 +203,7 @@ void TieredStore::Unexpect(std::span<const BlockKey> keys, uint64_t order) {
 void TieredStore::Unpin(std::span<const BlockKey> keys) {
   Impl& s = *impl_;
   {
-    std::lock_guard lock(s.mu_);
+    Impl::ExclusiveLock lock(s);
     for (const BlockKey& key : keys) {
       auto it = s.blocks.find(key);
       if (it == s.blocks.end() || it->second.pins == 0) continue;
@@ -222,8 +222,12 @@ StoreStats TieredStore::GetStats() const {
   const uint64_t journal_records = s.journal ? s.journal->records() : 0;
   std::vector<uint64_t> evict_failures;  // the tiers' own counters, read without `mu_`
   for (const Impl::TierState& ts : s.tiers) evict_failures.push_back(ts.tier->GetStats().evict_failures);
+  if (s.hits_deferred.load(std::memory_order_acquire)) Impl::ExclusiveLock apply(s);  // into the tiers' hit counts
   std::shared_lock lock(s.mu_);
   StoreStats out = s.stats;
+  out.gets = s.read_counters.gets.load(std::memory_order_relaxed);
+  out.get_blocks = s.read_counters.get_blocks.load(std::memory_order_relaxed);
+  out.get_misses = s.read_counters.get_misses.load(std::memory_order_relaxed);
   out.lookups = s.read_counters.lookups.load(std::memory_order_relaxed);
   out.lookup_blocks = s.read_counters.lookup_blocks.load(std::memory_order_relaxed);
   out.lookup_hit_blocks = s.read_counters.lookup_hit_blocks.load(std::memory_order_relaxed);

@@ -116,6 +116,42 @@ TEST(TieredStore, ReportsItsMetadataLockAndLookupsNeverTakeItExclusively) {
   EXPECT_EQ(after_lookups.exclusive_hold_seconds, after_put.exclusive_hold_seconds);
 }
 
+// A Get takes the metadata lock only shared: its hits wait for the next exclusive section,
+// which applies them before it does anything else, or for the Get that finds
+// kMaxDeferredHits (4096) waiting.
+TEST(TieredStore, GetsLeaveTheirHitsToTheNextWriterAndNeverTakeTheLockExclusively) {
+  StoreOptions options;
+  options.synchronous_moves = true;
+  auto store = TwoTierStore(8u << 20, 8u << 20, options);
+  ASSERT_NE(store, nullptr);
+  PutChain(*store, 1, 4);
+  const StoreStats before = store->GetStats();
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(GetChain(*store, 1, 4), 4u);
+  const StoreStats after_100 = store->GetStats();  // applies the 400 hits: one exclusive section
+  EXPECT_EQ(after_100.metadata_lock.exclusive_acquisitions, before.metadata_lock.exclusive_acquisitions + 1);
+  EXPECT_EQ(after_100.tiers[0].hits, before.tiers[0].hits + 400);
+  EXPECT_EQ(after_100.gets, before.gets + 100);
+  EXPECT_EQ(after_100.get_blocks, before.get_blocks + 400);
+  // 1,100 more: the Get that brings 4,096 hits applies them; GetStats applies the other 304.
+  for (int i = 0; i < 1100; ++i) ASSERT_EQ(GetChain(*store, 1, 4), 4u);
+  const StoreStats after_1200 = store->GetStats();
+  EXPECT_EQ(after_1200.metadata_lock.exclusive_acquisitions, after_100.metadata_lock.exclusive_acquisitions + 2);
+  EXPECT_EQ(after_1200.tiers[0].hits, after_100.tiers[0].hits + 4400);
+}
+
+TEST(TieredStore, ADeferredHitCountsBeforeTheNextVictimIsChosen) {
+  StoreOptions options;
+  options.policy = PolicyKind::kLru;
+  options.synchronous_moves = true;
+  auto store = TwoTierStore(8 * kBlockBytes, 64 * kBlockBytes, options);
+  ASSERT_NE(store, nullptr);
+  for (uint64_t chain = 0; chain < 8; ++chain) PutChain(*store, chain, 1);  // the fast tier is full
+  ASSERT_EQ(GetChain(*store, 0, 1), 1u);  // the oldest, read again: no longer LRU's victim
+  for (uint64_t chain = 8; chain < 12; ++chain) PutChain(*store, chain, 1);  // four demotions
+  EXPECT_EQ(store->Lookup(std::vector<BlockKey>{Key(0, 0)}).tier, (std::vector<int>{0}));
+  EXPECT_EQ(store->Lookup(std::vector<BlockKey>{Key(1, 0)}).tier, (std::vector<int>{1}));
+}
+
 // With keys_name_prefix, Lookup, Get and Pin take a run that may start mid-chain (an engine
 // holding the first blocks asks for the rest); after its first key, each must continue the run.
 // Without it a run must start at a chain's first block.
