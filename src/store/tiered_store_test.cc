@@ -41,6 +41,14 @@ std::unique_ptr<TieredStore> TwoTierStore(uint64_t fast, uint64_t slow, StoreOpt
   return store.ok() ? std::move(*store) : nullptr;
 }
 
+// LRU with moves run on the caller's thread: which block a full tier gives up is predictable.
+StoreOptions SynchronousLru() {
+  StoreOptions options;
+  options.policy = PolicyKind::kLru;
+  options.synchronous_moves = true;
+  return options;
+}
+
 // Puts chain `chain` of `n` blocks (real payloads).
 void PutChain(TieredStore& store, uint64_t chain, uint64_t n, BlockType type = BlockType::kUserContext) {
   std::vector<std::vector<std::byte>> payloads;
@@ -140,10 +148,7 @@ TEST(TieredStore, GetsLeaveTheirHitsToTheNextWriterAndNeverTakeTheLockExclusivel
 }
 
 TEST(TieredStore, ADeferredHitCountsBeforeTheNextVictimIsChosen) {
-  StoreOptions options;
-  options.policy = PolicyKind::kLru;
-  options.synchronous_moves = true;
-  auto store = TwoTierStore(8 * kBlockBytes, 64 * kBlockBytes, options);
+  auto store = TwoTierStore(8 * kBlockBytes, 64 * kBlockBytes, SynchronousLru());
   ASSERT_NE(store, nullptr);
   for (uint64_t chain = 0; chain < 8; ++chain) PutChain(*store, chain, 1);  // the fast tier is full
   ASSERT_EQ(GetChain(*store, 0, 1), 1u);  // the oldest, read again: no longer LRU's victim
@@ -233,10 +238,7 @@ TEST(TieredStore, FullFastTierDemotesAndEveryBlockStaysReadable) {
 }
 
 TEST(TieredStore, LastTierDropsLeavesFirstAndNeverPinnedBlocks) {
-  StoreOptions options;
-  options.policy = PolicyKind::kLru;
-  options.synchronous_moves = true;
-  auto store = TwoTierStore(8 * kBlockBytes, 16 * kBlockBytes, options);
+  auto store = TwoTierStore(8 * kBlockBytes, 16 * kBlockBytes, SynchronousLru());
   ASSERT_NE(store, nullptr);
   PutChain(*store, 0, 4);
   const std::vector<BlockKey> pinned_keys = {Key(0, 0), Key(0, 1), Key(0, 2), Key(0, 3)};
