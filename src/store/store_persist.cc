@@ -25,7 +25,7 @@ std::optional<JournalRecord> TieredStore::Impl::JournalRecordLocked(const BlockK
 Status TieredStore::Impl::JournalPuts(int t, std::span<const BlockKey> keys) {
   std::vector<JournalRecord> records;
   {
-    ExclusiveLock lock(*this);
+    std::shared_lock lock(mu_);  // only reads: puts journal their blocks side by side
     for (const BlockKey& key : keys) {
       const std::optional<BlockInfo> info = index.Find(key);
       const TierMask held = static_cast<TierMask>(((info ? info->meta.tiers : 0) & durable) | (1u << t));
@@ -42,7 +42,7 @@ Status TieredStore::Impl::JournalPuts(int t, std::span<const BlockKey> keys) {
 void TieredStore::Impl::JournalEviction(int t, const BlockKey& key) {
   std::optional<JournalRecord> record;
   {
-    ExclusiveLock lock(*this);
+    std::shared_lock lock(mu_);
     const std::optional<BlockInfo> info = index.Find(key);
     const TierMask left = static_cast<TierMask>((info ? info->meta.tiers : 0) & durable & ~(1u << t));
     if (left != 0) record = JournalRecordLocked(key, left);
@@ -55,7 +55,7 @@ void TieredStore::Impl::JournalEviction(int t, const BlockKey& key) {
 void TieredStore::Impl::MaybeCompactJournal() {
   uint64_t live = 0;  // copies in durable tiers: at least the blocks the journal lists
   {
-    ExclusiveLock lock(*this);
+    std::shared_lock lock(mu_);
     for (int t = 0; t <= last_tier(); ++t) {
       if (durable & (1u << t)) live += tier_state(t).blocks;
     }

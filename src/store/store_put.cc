@@ -37,10 +37,15 @@ Result<int> TieredStore::Impl::Place(const BlockKey& key, const BlockMeta& meta,
   Status last_error = Status::Ok();
   for (int t = 0; t < end; ++t) {
     TierState& ts = tier_state(t);
+    auto full = [&] { return ts.capacity > 0 && ts.used + meta.size_bytes > ts.capacity; };
+    bool room = false;
     {
+      std::shared_lock lock(mu_);  // most writes find room: only a full tier asks its policy
+      room = !full();
+    }
+    if (!room) {
       ExclusiveLock lock(*this);
-      const bool full = ts.capacity > 0 && ts.used + meta.size_bytes > ts.capacity;
-      if (full && !ts.policy->ShouldAdmit(Resident(key, meta, b), Now())) {
+      if (full() && !ts.policy->ShouldAdmit(Resident(key, meta, b), Now())) {
         ++ts.stats.refused;
         continue;
       }

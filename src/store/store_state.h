@@ -15,7 +15,8 @@
 // its `tier`, which is thread-safe itself and set only in Open). It is a reader-writer lock
 // (util/rw_mutex.h, writers first; profiled, StoreStats::metadata_lock): what only reads them
 // takes it shared, so lookups and the planning half of reads run side by side (Lookup,
-// PlanReads, ReadForGet's second look, GetStats); everything that changes them takes it
+// PlanReads, ReadForGet's second look, GetStats, the journal's records, Place's and
+// KickRebalances' looks for room); everything that changes them takes it
 // exclusively, through ExclusiveLock. A Get takes it only shared: the hits it read are
 // deferred (DeferHits, under `hits_mu_`) and applied to the policies and counters by the next
 // exclusive section, before it does anything else (ApplyDeferredHitsLocked), so a policy
@@ -517,6 +518,7 @@ struct TieredStore::Impl {
   // durable copies left, or a drop when none is.
   void JournalEviction(int t, const BlockKey& key);
   // The journal record of a block as the store lists it, held by `tiers`. nullopt: unknown.
+  // Shared is enough.
   std::optional<JournalRecord> JournalRecordLocked(const BlockKey& key, TierMask tiers) const;
   // Writes a new block into the persist tier (journaled by WriteTo), making room there the
   // way Place does. The persist tier's policy is not asked to admit it: it only picks victims.
