@@ -83,7 +83,7 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
   std::optional<BlockKey> previous = parent;
   uint64_t tokens_before = 0;
   if (parent) {
-    ExclusiveLock lock(*this);
+    std::shared_lock lock(mu_);
     auto it = blocks.find(*parent);
     if (it != blocks.end()) tokens_before = it->second.tokens_before + it->second.tokens;
   }

@@ -67,7 +67,7 @@ void TieredStore::Impl::WriteCards(std::span<const BlockKey> written) {
 void TieredStore::Impl::Publish(const BlockKey& key, std::span<const std::byte> payload, const BlockMeta& meta,
                                 std::optional<uint64_t> checksum) {
   {
-    ExclusiveLock lock(*this);
+    std::shared_lock lock(mu_);
     const std::optional<BlockInfo> info = index.Find(key);
     if (!info || (info->meta.tiers & (1u << shared_tier))) return;  // gone, or there already
   }

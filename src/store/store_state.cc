@@ -141,7 +141,7 @@ Status TieredStore::Impl::WriteBytes(int t, const BlockKey& key, std::span<const
     if (t == shared_tier) WriteCards({&key, 1});
     return Status::Ok();
   }
-  ExclusiveLock lock(*this);
+  std::shared_lock lock(mu_);
   if (ts.capacity > 0 && ts.used + bytes > ts.capacity) return Status::ResourceExhausted(ts.stats.name + " is full");
   return Status::Ok();
 }
@@ -238,7 +238,7 @@ Status TieredStore::Impl::RetryWriteMakingRoom(int t, const BlockKey& key, std::
   Status s = WriteBytes(t, key, payload, bytes, checksum);
   if (s.code() != StatusCode::kResourceExhausted) return s;
   {
-    ExclusiveLock lock(*this);
+    std::shared_lock lock(mu_);
     if (ts.used + bytes > ts.capacity) return s;
   }
   Rebalance(t, bytes, uint64_t{kReclaimBlocks} * bytes);

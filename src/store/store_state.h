@@ -15,8 +15,8 @@
 // its `tier`, which is thread-safe itself and set only in Open). It is a reader-writer lock
 // (util/rw_mutex.h, writers first; profiled, StoreStats::metadata_lock): what only reads them
 // takes it shared, so lookups and the planning half of reads run side by side (Lookup,
-// PlanReads, ReadForGet's second look, GetStats, the journal's records, Place's and
-// KickRebalances' looks for room); everything that changes them takes it
+// PlanReads, ReadForGet's second look, GetStats, the journal's records, the looks for room
+// and for a parent's tokens); everything that changes them takes it
 // exclusively, through ExclusiveLock. A Get takes it only shared: the hits it read are
 // deferred (DeferHits, under `hits_mu_`) and applied to the policies and counters by the next
 // exclusive section, before it does anything else (ApplyDeferredHitsLocked), so a policy
@@ -33,7 +33,7 @@
 // the outcome, checking that the block is still there (BeginMoveLocked / EndMoveLocked). A
 // Put that must write a block a mover holds waits on `move_done_` (with `mu_` exclusive)
 // until the mover lets it go. A Get plans its chain's reads under one shared section, reads,
-// and records the hits (policy touches) in one exclusive section at the end.
+// and defers its hits (above).
 // `flight_mu_` guards `in_flight` only and is never held together with `mu_`. `hits_mu_`
 // guards `deferred_hits` only; it is taken with `mu_` held or not, and nothing is taken
 // while it is held.

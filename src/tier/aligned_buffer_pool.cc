@@ -25,16 +25,20 @@ AlignedBufferPool::Buffer AlignedBufferPool::Acquire(std::size_t bytes) {
     auto it = free_.lower_bound(capacity);
     if (it != free_.end() && it->first <= 2 * capacity) {
       const std::size_t kept = it->first;
-      std::byte* p = it->second.back();
-      it->second.pop_back();
-      if (it->second.empty()) free_.erase(it);
-      cached_bytes_ -= kept;
-      return Buffer(p, Release(this, kept));
+      return Buffer(TakeLocked(it), Release(this, kept));
     }
   }
   void* memory = nullptr;
   if (posix_memalign(&memory, kAlignment, capacity) != 0) return Buffer(nullptr, Release(this, capacity));
   return Buffer(static_cast<std::byte*>(memory), Release(this, capacity));
+}
+
+std::byte* AlignedBufferPool::TakeLocked(FreeLists::iterator it) {
+  std::byte* p = it->second.back();
+  it->second.pop_back();
+  cached_bytes_ -= it->first;
+  if (it->second.empty()) free_.erase(it);
+  return p;
 }
 
 void AlignedBufferPool::Put(std::byte* p, std::size_t capacity) {
@@ -45,11 +49,7 @@ void AlignedBufferPool::Put(std::byte* p, std::size_t capacity) {
     // takes any that holds the request); otherwise a pool full of small buffers would fault
     // in every large one anew.
     while (cached_bytes_ + capacity > max_cached_bytes_ && !free_.empty() && free_.begin()->first < capacity) {
-      auto smallest = free_.begin();
-      smaller.push_back(smallest->second.back());
-      smallest->second.pop_back();
-      cached_bytes_ -= smallest->first;
-      if (smallest->second.empty()) free_.erase(smallest);
+      smaller.push_back(TakeLocked(free_.begin()));
     }
     if (cached_bytes_ + capacity <= max_cached_bytes_) {
       free_[capacity].push_back(p);

@@ -51,10 +51,13 @@ class AlignedBufferPool {
  private:
   static std::size_t RoundUp(std::size_t bytes);
   void Put(std::byte* p, std::size_t capacity);
+  using FreeLists = std::map<std::size_t, std::vector<std::byte*>>;
+  // Takes a kept buffer of the list `it` points at (its capacity is it->first).
+  std::byte* TakeLocked(FreeLists::iterator it);
 
   const std::size_t max_cached_bytes_;
   mutable std::mutex mutex_;
-  std::map<std::size_t, std::vector<std::byte*>> free_;  // GUARDED_BY(mutex_): by capacity, none empty
+  FreeLists free_;  // GUARDED_BY(mutex_): by capacity, none empty
   std::size_t cached_bytes_ = 0;                         // GUARDED_BY(mutex_)
 };
 
