@@ -2,7 +2,9 @@
 step loads and saves, page geometry from shapes and strides, batching, namespaces. The parts
 that need torch or vLLM skip cleanly where they are absent."""
 
+import hashlib
 import importlib.util
+import struct
 
 import pytest
 
@@ -13,11 +15,14 @@ from kvtier.vllm.layout import (
     combine_shard_lookups,
     contiguous_runs,
     layout_fingerprint,
+    longest_tail,
     matched_tokens,
     namespace_tenant,
     natural_layer_order,
     page_geometry,
     shard_tenants,
+    tail_keys,
+    tail_lengths,
 )
 
 BS = 128
@@ -196,3 +201,96 @@ def test_contiguous_runs():
     assert contiguous_runs([7]) == [(0, 7, 1)]
     assert contiguous_runs([3, 4, 5, 9, 10, 2]) == [(0, 3, 3), (3, 9, 2), (5, 2, 1)]
     assert contiguous_runs([5, 4]) == [(0, 5, 1), (1, 4, 1)], "only ascending ids share a slice"
+
+
+def test_tail_lengths_are_multiples_of_the_granularity_below_a_block():
+    assert tail_lengths(104, BS, 16) == [16, 32, 48, 64, 80, 96]
+    assert tail_lengths(500, BS, 16) == [16, 32, 48, 64, 80, 96, 112]  # 128 is a whole block
+    assert tail_lengths(15, BS, 16) == []
+    assert tail_lengths(500, BS, 0) == []  # tails off
+    assert tail_lengths(3, BS, 1) == [1, 2, 3]
+    assert len(tail_lengths(500, BS, 1)) == BS - 1
+    with pytest.raises(ValueError):
+        tail_lengths(10, BS, -1)
+
+
+def test_tail_keys_name_the_parent_and_exactly_the_tokens():
+    parent, other = bytes(range(32)), bytes(range(1, 33))
+    toks = list(range(1000, 1100))
+    k16, k32 = tail_keys(parent, toks, [16, 32])
+    # The format stored keys depend on: SHA-256 over the domain, the parent hash, uint32 LE ids.
+    want = hashlib.sha256(b"kvtier-vllm-tail\0" + parent + struct.pack("<32I", *toks[:32])).digest()[:16]
+    assert k32 == want and len(k16) == 16
+    assert tail_keys(parent, toks[:32], [32]) == [k32]  # computed incrementally or at once
+    assert k16 != k32
+    assert tail_keys(other, toks, [32]) != [k32]
+    assert tail_keys(parent, toks[:31] + [7], [32]) != [k32]
+    with pytest.raises(ValueError):
+        tail_keys(parent, toks[:10], [16])  # longer than the tokens given
+    with pytest.raises(ValueError):
+        tail_keys(parent, [1 << 32] * 16, [16])
+
+
+def test_longest_tail_is_the_longest_every_rank_has_and_finds_worth_loading():
+    have, miss, not_worth = (1, 1, [0], [64]), (0, 0, [], []), (1, 0, [1], [64])
+    assert longest_tail([[have, have, miss]]) == 1
+    assert longest_tail([[have, have, have], [have, miss, miss]]) == 0  # rank 1 has only the shortest
+    assert longest_tail([[have, not_worth]]) == 0
+    assert longest_tail([[have, not_worth]], use_worth=False) == 1
+    assert longest_tail([[miss, miss]]) == -1
+    assert longest_tail([]) == -1
+
+
+def test_plan_loads_a_tail_after_its_whole_blocks_and_counts_its_tier():
+    h = digests(8)
+    p = RequestPlan("r", BS)
+    tail = (b"T" * 16, 1, 96)  # key, fastest tier, tokens
+    p.on_lookup(1, 3, 2, [0, 0, 0], tail=tail)
+    assert p.ext_tiers() == [0, 0, 1]
+    p.on_alloc([10, 11, 12, 13, 14], 2 * BS + 96)
+    assert p.take_load(h) == [(11, h[1][:16]), (12, h[2][:16]), (13, b"T" * 16)]
+    # The scheduler kept only the whole blocks: the tail is not loaded.
+    p.on_lookup(1, 3, 2, [0, 0, 0], tail=tail)
+    p.on_alloc([10, 11, 12, 13, 14], 2 * BS)
+    assert p.take_load(h) == [(11, h[1][:16]), (12, h[2][:16])]
+    # A tail alone, on top of vLLM's own hit.
+    p.on_lookup(3, 3, 0, [0, 0, 0], tail=tail)
+    p.on_alloc([10, 11, 12, 13, 14], 50)
+    assert p.take_load(h) == [(13, b"T" * 16)]
+
+
+def test_plan_saves_the_prompts_tail_once_after_its_last_chunk():
+    h = digests(8)
+    toks = list(range(5000, 5000 + 1000))
+    p = RequestPlan("r", BS)
+    p.on_lookup(0, 0, 0)
+    p.on_alloc(list(range(20, 28)), 0)
+    assert p.take_save(h[:7], 512)[1] and p.take_tail_save(h[:7], toks, 1000, 512, 16) is None  # a chunk
+    p.take_save(h[:7], 1000)
+    parent, saves = p.take_tail_save(h[:7], toks, 1000, 1000, 16)
+    # 1000 = 7 blocks + 104 tokens: the tail holds 96 of them, in block 7, under block 6.
+    assert parent == h[6][:16] and saves == [(27, tail_keys(h[6], toks[896:], [96])[0])]
+    assert p.take_tail_save(h[:7], toks, 1000, 1001, 16) is None  # once
+    q = RequestPlan("q", BS)
+    q.on_lookup(0, 0, 0)
+    q.on_alloc(list(range(20, 28)), 0)
+    assert q.take_tail_save(h[:7], toks, 1000, 1000, 16) is None  # its parent was never saved
+    for prompt_len in (1024, 1000 - 104 + 15, 100):  # aligned; under the granularity; no whole block
+        r = RequestPlan("r", BS)
+        r.on_lookup(0, 0, 0)
+        r.on_alloc(list(range(20, 28)), 0)
+        r.take_save(h, prompt_len)
+        assert r.take_tail_save(h, toks, prompt_len, prompt_len, 16) is None
+    assert RequestPlan("r", BS).take_tail_save(h, toks, 1000, 1000, 0) is None  # tails off
+
+
+def test_plan_does_not_save_the_tail_it_loaded():
+    h = digests(8)
+    toks = list(range(5000, 6000))
+    key = tail_keys(h[6], toks[896:], [96])[0]
+    p = RequestPlan("r", BS)
+    p.on_lookup(0, 7, 7, [0] * 7, tail=(key, 0, 96))
+    p.on_alloc(list(range(20, 28)), 7 * BS + 96)
+    p.take_load(h[:7])
+    assert p.take_save(h[:7], 1000) == (None, [])
+    assert p.take_tail_save(h[:7], toks, 1000, 1000, 16) is None

@@ -252,11 +252,16 @@ def roundtrip(a, tmp, env, socket_a, socket_b) -> bool:
                 same += 1
             else:
                 differ += 1
-    from kvtier.vllm.layout import matched_tokens  # importable once main() set the path up
+    from kvtier.vllm.layout import DEFAULT_TAIL_GRANULARITY, matched_tokens  # importable once main() set the path up
 
-    # Every full block of P, the one holding its last token too (vLLM recomputes that token).
+    # Every full block of P, the one holding its last token too (vLLM recomputes that token),
+    # then the tail: the tokens of P's last, partial block, rounded down to the granularity.
     full = a.prompt_len // bs
     expect_blocks, expect = matched_tokens(full, a.prompt_len, bs, 0, full)
+    tail = a.prompt_len - full * bs
+    tail -= tail % DEFAULT_TAIL_GRANULARITY
+    if full >= 1 and tail > 0:
+        expect_blocks, expect = expect_blocks + 1, full * bs + min(tail, a.prompt_len - 1 - full * bs)
     out_a = next(r["out"] for r in A if r.get("tag") == "P")
     out_bp = next(r["out"] for r in B if r.get("tag") == "P")
 
@@ -274,7 +279,7 @@ def roundtrip(a, tmp, env, socket_a, socket_b) -> bool:
 
     d_ab, d_ac = dist((lp_a, top_a), (lp_b, top_b)), dist((lp_a, top_a), (lp_c, top_c))
     checks = {
-        "A saved the prompt's full blocks": len(saves_a) >= a.prompt_len // bs,
+        "A saved the prompt's full blocks and its tail": len(saves_a) >= expect_blocks,
         f"B matched {expect} tokens for P": len(lk_b) >= 1 and lk_b[0]["matched_tokens"] == expect,
         f"B loaded every matched block (on {a.tp} rank(s))": len(loads_b) == a.tp * expect_blocks,
         "B's pages after load == A's saved pages (bytes)": same == a.tp * expect_blocks and differ == 0 and same > 0,

@@ -49,6 +49,7 @@ from vllm.logger import init_logger
 import kvtier
 from kvtier.vllm.landing import LandingSaves
 from kvtier.vllm.layout import (
+    DEFAULT_TAIL_GRANULARITY,
     RequestPlan,
     block_key,
     combine_shard_lookups,
@@ -56,11 +57,14 @@ from kvtier.vllm.layout import (
     hit_sources,
     layout_fingerprint,
     load_asynchronously,
+    longest_tail,
     matched_tokens,
     namespace_tenant,
     natural_layer_order,
     page_geometry,
     shard_tenants,
+    tail_keys,
+    tail_lengths,
 )
 from kvtier.vllm.loader import BlockLoader, LoadJob
 from kvtier.vllm.saver import BlockSaver, SaveJob
@@ -171,6 +175,8 @@ class KvtierConnector(KVConnectorBase_V1):
         load_asynchronously(self._async_mode, [], [])  # rejects an unknown mode now, not at the first hit
         self._use_cost_model = bool(extra.get("use_cost_model", True))
         self._pipeline_layers = bool(extra.get("pipeline_layers", True))
+        self._tail_granularity = int(extra.get("partial_block_tokens", DEFAULT_TAIL_GRANULARITY))
+        tail_lengths(0, self._block_size, self._tail_granularity)  # rejects a negative granularity now
         self._load_buffer_bytes = int(extra.get("load_buffer_bytes", _DEFAULT_LOAD_BUFFER_BYTES))
         shm_bytes = int(extra.get("shared_memory_bytes", _DEFAULT_SHM_BYTES))
         self._save_buffer_bytes = shm_bytes  # the saver's staging segment
@@ -218,7 +224,9 @@ class KvtierConnector(KVConnectorBase_V1):
         self._stall_s = 0.0  # how long this step's forward waited for its loads
         self._load_started: dict = {}  # req_id -> perf_counter at submit
         self._load_errors: set = set()
-        self.stats = {"lookups": 0, "deferred_lookups": 0, "hit_tokens": 0, "async_loads": 0, "loaded_blocks": 0,
+        self._loaded_pages: dict = {}  # debug dumps only: block id -> its pages as loaded (_unpack)
+        self.stats = {"lookups": 0, "deferred_lookups": 0, "hit_tokens": 0, "tail_hits": 0, "tail_hit_tokens": 0,
+                      "async_loads": 0, "loaded_blocks": 0,
                       "saved_blocks": 0, "load_failed_blocks": 0, "refused_blocks": 0, "skipped_blocks": 0,
                       "failed_puts": 0, "load_wait_s": 0.0, "save_s": 0.0, "save_waits": 0, "save_wait_s": 0.0}
 
@@ -331,6 +339,12 @@ class KvtierConnector(KVConnectorBase_V1):
         for _, u8, page, off in (self._layers if layer is None else [self._layers[layer]]):
             for i, b, n in runs:
                 u8[b:b + n].copy_(src[i:i + n, off:off + page])
+            if self._dump_dir:
+                # The pages as the load left them: the forward may compute over part of a
+                # loaded block (a tail's, or the last token of a prompt) once the gate opens.
+                for b in block_ids:
+                    snap = self._loaded_pages.setdefault(b, torch.empty(self._block_bytes, dtype=torch.uint8))
+                    snap[off:off + page].copy_(u8[b])
 
     def _dump(self, prefix: str, keys, rows: torch.Tensor) -> None:
         for j, k in enumerate(keys):
@@ -348,10 +362,11 @@ class KvtierConnector(KVConnectorBase_V1):
             self._load_errors.update(failed)
             logger.warning("KvtierConnector: %s: %d of %d blocks could not be loaded; vLLM recomputes them",
                            job.req_id, len(failed), len(job.blocks))
-        if self._dump_dir and good:
-            back = torch.empty((len(good), self._block_bytes), dtype=torch.uint8)
-            self._pack([b for b, _ in good], back)  # read back from vLLM's pages
-            self._dump("load", [k for _, k in good], back)
+        if self._dump_dir:
+            snaps = [self._loaded_pages.pop(b, None) for b, _ in job.blocks]
+            kept = [(k, snap) for (b, k), snap in zip(job.blocks, snaps) if b not in failed and snap is not None]
+            if kept:
+                self._dump("load", [k for k, _ in kept], torch.stack([snap for _, snap in kept]))
         self._event(event="load", req_id=job.req_id, blocks=len(job.blocks), failed=len(failed),
                     asynchronous=job.is_async, seconds=round(seconds, 4), copy_seconds=round(job.copy_seconds, 4),
                     **({} if stall is None else {"forward_waited_seconds": round(stall, 4)}))
@@ -503,16 +518,27 @@ class KvtierConnector(KVConnectorBase_V1):
         # The server's cost model may find recomputing a block cheaper than loading it.
         usable = min(stored, worth) if self._use_cost_model else stored
         ext, ext_tokens = matched_tokens(len(hashes), request.num_tokens, bs, local, usable)
-        is_async = load_asynchronously(self._async_mode, tiers[local:local + ext], self._tier_kinds)
+        tail, landing = self._find_tail(request, local + ext, stored) if chain else (None, False)
+        if landing:
+            self.stats["deferred_lookups"] += 1
+            self._event(event="lookup_deferred", req_id=request.request_id, stored_blocks=stored, tail=True)
+            return None, False
+        if tail is not None:
+            ext_tokens = ext * bs + tail[2]
+        load_tiers = tiers[local:local + ext] + ([tail[1]] if tail is not None else [])
+        is_async = load_asynchronously(self._async_mode, load_tiers, self._tier_kinds)
         plan = self._plans.get(request.request_id)
         if plan is None:
             plan = self._plans[request.request_id] = RequestPlan(request.request_id, bs)
-        plan.on_lookup(local, stored, ext, tiers, is_async)
+        plan.on_lookup(local, stored, ext, tiers, is_async, tail)
         if is_async:
             # The server starts promoting the blocks now; the worker's get follows a step later.
             try:
                 for c in self._shard_clients:
-                    c.prefetch(chain[local:local + ext])
+                    if ext:
+                        c.prefetch(chain[local:local + ext])
+                    if tail is not None:
+                        c.prefetch([tail[0]])
             except kvtier.KvtierError as e:
                 logger.warning("KvtierConnector: prefetch failed (the load still runs): %s", e)
         self._requests[request.request_id] = request
@@ -520,10 +546,54 @@ class KvtierConnector(KVConnectorBase_V1):
             self._expect(request.request_id, chain)
         self.stats["lookups"] += 1
         self.stats["hit_tokens"] += ext_tokens
+        if tail is not None:
+            self.stats["tail_hits"] += 1
+            self.stats["tail_hit_tokens"] += tail[2]
         self._event(event="lookup", req_id=request.request_id, num_tokens=request.num_tokens,
                     num_hashes=len(hashes), local_tokens=num_computed_tokens, stored_blocks=stored,
-                    worth_loading=worth, matched_tokens=ext_tokens, asynchronous=is_async)
+                    worth_loading=worth, matched_tokens=ext_tokens, tail_tokens=tail[2] if tail else 0,
+                    asynchronous=is_async)
         return ext_tokens, is_async
+
+    def _tails_allowed(self, request) -> bool:
+        """Tails are keyed by token ids alone past their parent block: not for requests whose
+        tokens do not say everything about their KV (multimodal placeholders, prompt embeddings)."""
+        return (self._tail_granularity > 0 and not getattr(request, "mm_features", None)
+                and getattr(request, "prompt_embeds", None) is None)
+
+    def _find_tail(self, request, first: int, stored: int) -> tuple:
+        """((key, fastest tier, tokens) of the longest stored tail of block `first` (the first
+        block vLLM would compute) that the request's tokens continue, or None; whether a
+        candidate is still landing, to defer the lookup as for whole blocks). Only where kvtier
+        holds no whole block `first` (`stored` blocks from 0) and one follows a stored or
+        computed block; one more round trip, for the candidate lengths together."""
+        bs = self._block_size
+        start = first * bs
+        usable = request.num_tokens - 1 - start  # vLLM computes at least the last token
+        if first < 1 or stored > first or usable < 1 or first > len(request.block_hashes) \
+                or not self._tails_allowed(request):
+            return None, False
+        tokens = request.all_token_ids[start:start + bs - 1]
+        lengths = tail_lengths(len(tokens), bs, self._tail_granularity)
+        if not lengths:
+            return None, False
+        try:
+            keys = tail_keys(bytes(request.block_hashes[first - 1]), tokens, lengths)
+        except ValueError as e:
+            logger.warning("KvtierConnector: no tail lookup: %s", e)
+            return None, False
+        if any(self._landing.is_landing(k) for k in keys):
+            return None, True
+        try:
+            found = [c.lookup([[k] for k in keys]) for c in self._shard_clients]
+        except kvtier.KvtierError as e:
+            logger.warning("KvtierConnector: tail lookup failed (treated as a miss): %s", e)
+            return None, False
+        i = longest_tail(found, self._use_cost_model)
+        if i < 0:
+            return None, False
+        tier = max(r[i][2][0] for r in found)  # the slowest rank's fastest copy
+        return (keys[i], tier, min(lengths[i], usable)), False
 
     def update_connector_output(self, connector_output) -> None:
         meta = connector_output.kv_connector_worker_meta
@@ -584,6 +654,12 @@ class KvtierConnector(KVConnectorBase_V1):
             if saves:
                 meta.saves.append((req_id, parent, saves))
                 self._landing.sent(req_id, (k for _, k in saves))
+            if self._tails_allowed(req):
+                tail = plan.take_tail_save(req.block_hashes, req.all_token_ids, req.num_prompt_tokens, after,
+                                           self._tail_granularity)
+                if tail is not None:
+                    meta.saves.append((req_id, *tail))
+                    self._landing.sent(req_id, (k for _, k in tail[1]))
 
         # Requests vLLM parked in WAITING_FOR_REMOTE_KVS: they are not scheduled this step.
         for req_id in sorted(self._async_to_start):

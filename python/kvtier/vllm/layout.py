@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import struct
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -45,6 +46,63 @@ def matched_tokens(num_hashes: int, num_tokens: int, block_size: int, local_bloc
     blocks = max(0, min(stored_prefix, limit) - local_blocks)
     tokens = min(blocks * block_size, num_tokens - 1 - local_blocks * block_size)
     return (blocks, tokens) if tokens > 0 else (0, 0)
+
+
+# A partial block (a "tail"): the first t tokens of the block a prompt ends in. vLLM hashes
+# whole blocks only, so a multi-turn conversation's next prompt, which extends the last one,
+# finds every whole block but would recompute the tokens of the block the last prompt ended
+# in. The connector stores that block's page under a key that names the block before it (its
+# vLLM hash, which covers every token, LoRA and cache salt before it) and the t tokens, so a
+# later request whose tokens continue the same way loads those t tokens. Tails are stored at
+# lengths that are multiples of a granularity, so that a lookup asks for a few candidate
+# lengths (block_size / granularity at most), not every one.
+_TAIL_DOMAIN = b"kvtier-vllm-tail\0"
+# The connector's default granularity (kv_connector_extra_config "partial_block_tokens"): at
+# most block_size / 16 candidates per lookup (8 at vLLM's CPU block of 128), and a tail reuses
+# all but up to 15 of the tokens a prompt left in its last block. 0 turns tails off.
+DEFAULT_TAIL_GRANULARITY = 16
+
+
+def tail_lengths(available: int, block_size: int, granularity: int) -> list:
+    """The tail lengths a lookup asks for when ``available`` tokens of a request follow a block
+    boundary: multiples of ``granularity`` below ``block_size`` (a whole block is a block, not
+    a tail), at most ``available``; ascending. None when ``granularity`` is 0 (tails off)."""
+    if granularity < 0 or block_size <= 0:
+        raise ValueError("granularity must be >= 0 and block_size positive")
+    if granularity == 0:
+        return []
+    return list(range(granularity, min(block_size - 1, available) + 1, granularity))
+
+
+def tail_keys(parent_hash: bytes, tokens: Sequence[int], lengths: Sequence[int]) -> list:
+    """The key of the tail of each length in ``lengths`` (ascending, each at most len(tokens)):
+    16 bytes of SHA-256 over a domain tag, the vLLM hash of the block before it, and its first
+    t token ids as little-endian uint32."""
+    h = hashlib.sha256(_TAIL_DOMAIN + bytes(parent_hash))
+    keys, done = [], 0
+    for t in lengths:
+        if t < done or t > len(tokens):
+            raise ValueError(f"tail lengths must ascend within the {len(tokens)} tokens given; got {list(lengths)}")
+        try:
+            h.update(struct.pack(f"<{t - done}I", *tokens[done:t]))
+        except struct.error as e:
+            raise ValueError(f"a token id does not fit in 32 bits: {e}") from None
+        done = t
+        keys.append(h.copy().digest()[:KEY_BYTES])
+    return keys
+
+
+def longest_tail(shard_results: Sequence[Sequence], use_worth: bool = True) -> int:
+    """The index of the longest tail every shard stores (and, with ``use_worth``, finds worth
+    loading): ``shard_results[s][i]`` is shard s's lookup of the i-th candidate, candidates
+    ascending in length, each (stored prefix, blocks worth loading, ...) as in
+    combine_shard_lookups. -1 when none is."""
+    if not shard_results:
+        return -1
+    for i in reversed(range(len(shard_results[0]))):
+        if all(r[i][0] >= 1 and (not use_worth or r[i][1] >= 1) for r in shard_results):
+            return i
+    return -1
 
 
 # Tiers a block is slow to come back from: a request whose blocks sit there is loaded
@@ -92,10 +150,12 @@ class RequestPlan:
     """The scheduler side's state of one request.
 
     Blocks [0, stored_prefix) are in kvtier (as of the last lookup); vLLM computed
-    [0, local_blocks) itself, and kvtier loads [local_blocks, local_blocks + ext_blocks).
+    [0, local_blocks) itself, and kvtier loads [local_blocks, local_blocks + ext_blocks), then
+    ``tail`` (when set) into the block after them.
     saved_upto: blocks below it are in kvtier or already scheduled to be saved; every block
     the request completes from there on is saved once, in order, each under the previous
-    block's key, so the chain stays whole.
+    block's key, so the chain stays whole. Once the prompt is computed, the block it ends in
+    is saved as a tail (take_tail_save), once.
     """
 
     req_id: str
@@ -108,27 +168,34 @@ class RequestPlan:
     load_pending: bool = False
     load_async: bool = False
     tiers: list = field(default_factory=list)  # per stored block: its fastest tier
+    tail: Optional[tuple] = None  # (key, fastest tier, tokens it gives) of the tail to load
+    tail_saved: bool = False
 
     def on_lookup(self, local_blocks: int, stored_prefix: int, ext_blocks: int, tiers: Sequence[int] = (),
-                  load_async: bool = False) -> None:
+                  load_async: bool = False, tail: Optional[tuple] = None) -> None:
         self.local_blocks = local_blocks
         self.stored_prefix = stored_prefix
         self.ext_blocks = ext_blocks
         self.saved_upto = stored_prefix
         self.load_pending = False
         self.tiers = list(tiers)
-        self.load_async = load_async and ext_blocks > 0
+        self.tail = tail
+        self.load_async = load_async and (ext_blocks > 0 or tail is not None)
 
     def ext_tiers(self) -> list:
-        """The tiers of the blocks kvtier loads."""
-        return self.tiers[self.local_blocks:self.local_blocks + self.ext_blocks]
+        """The tiers of the blocks kvtier loads, the tail's last."""
+        tiers = self.tiers[self.local_blocks:self.local_blocks + self.ext_blocks]
+        return tiers + [self.tail[1]] if self.tail is not None else tiers
 
     def on_alloc(self, block_ids: Sequence[int], num_external_tokens: int) -> None:
         self.block_ids = list(block_ids)
         # The scheduler may keep fewer external tokens than offered (it never takes more); a
-        # block it keeps part of is loaded whole, and vLLM computes over the rest of it.
+        # block it keeps part of is loaded whole, and vLLM computes over the rest of it. The
+        # tail loads only when the scheduler kept some of its tokens.
+        if self.tail is not None and num_external_tokens <= self.ext_blocks * self.block_size:
+            self.tail = None
         self.ext_blocks = min(self.ext_blocks, -(-num_external_tokens // self.block_size))
-        self.load_pending = self.ext_blocks > 0
+        self.load_pending = self.ext_blocks > 0 or self.tail is not None
 
     def set_blocks(self, block_ids: Sequence[int]) -> None:
         self.block_ids = list(block_ids)
@@ -141,9 +208,12 @@ class RequestPlan:
         if not self.load_pending:
             return []
         self.load_pending = False
-        lo, hi = self.local_blocks, self.local_blocks + self.ext_blocks
-        hi = min(hi, len(self.block_ids), len(block_hashes))
-        return [(self.block_ids[i], block_key(block_hashes[i])) for i in range(lo, hi)]
+        lo, end = self.local_blocks, self.local_blocks + self.ext_blocks
+        hi = min(end, len(self.block_ids), len(block_hashes))
+        loads = [(self.block_ids[i], block_key(block_hashes[i])) for i in range(lo, hi)]
+        if self.tail is not None and hi == end and end < len(self.block_ids):
+            loads.append((self.block_ids[end], self.tail[0]))
+        return loads
 
     def take_save(self, block_hashes: Sequence[bytes], tokens_after_step: int):
         """(parent_key or None, [(block_id, key)]) of the blocks this step completes that
@@ -156,6 +226,29 @@ class RequestPlan:
         blocks = [(self.block_ids[i], block_key(block_hashes[i])) for i in range(lo, full)]
         self.saved_upto = full
         return parent, blocks
+
+    def take_tail_save(self, block_hashes: Sequence[bytes], token_ids: Sequence[int], prompt_tokens: int,
+                       tokens_after_step: int, granularity: int):
+        """(parent key, [(block_id, tail key)]) of the block the prompt ends in, once the step
+        that computes the prompt's last token has run (call take_save first: the tail's parent
+        must be saved or stored already); None otherwise, and after the first call that could
+        save it. The tail holds the prompt's tokens of that block, rounded down to a multiple
+        of ``granularity``; none when that is 0, or when the prompt's first block is partial
+        (no vLLM hash before it names what precedes it)."""
+        if self.tail_saved or tokens_after_step < prompt_tokens:
+            return None
+        self.tail_saved = True
+        j, t = divmod(prompt_tokens, self.block_size)
+        if granularity <= 0:
+            return None
+        t -= t % granularity
+        if t <= 0 or j < 1 or j > len(block_hashes) or j >= len(self.block_ids) or self.saved_upto < j:
+            return None
+        start = j * self.block_size
+        key = tail_keys(block_hashes[j - 1], token_ids[start:start + t], [t])[0]
+        if self.tail is not None and self.tail[0] == key:
+            return None  # it loaded this very tail
+        return block_key(block_hashes[j - 1]), [(self.block_ids[j], key)]
 
 
 @dataclass(frozen=True)
