@@ -267,9 +267,9 @@ def test_plan_saves_the_prompts_tail_once_after_its_last_chunk():
     p.on_alloc(list(range(20, 28)), 0)
     assert p.take_save(h[:7], 512)[1] and p.take_tail_save(h[:7], toks, 1000, 512, 16) is None  # a chunk
     p.take_save(h[:7], 1000)
-    parent, saves = p.take_tail_save(h[:7], toks, 1000, 1000, 16)
+    parent, saves, tokens = p.take_tail_save(h[:7], toks, 1000, 1000, 16)
     # 1000 = 7 blocks + 104 tokens: the tail holds 96 of them, in block 7, under block 6.
-    assert parent == h[6][:16] and saves == [(27, tail_keys(h[6], toks[896:], [96])[0])]
+    assert parent == h[6][:16] and saves == [(27, tail_keys(h[6], toks[896:], [96])[0])] and tokens == 96
     assert p.take_tail_save(h[:7], toks, 1000, 1001, 16) is None  # once
     q = RequestPlan("q", BS)
     q.on_lookup(0, 0, 0)

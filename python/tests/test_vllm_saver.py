@@ -20,6 +20,7 @@ class FakeStore:
     def __init__(self, slots, fail_calls=(), refuse_calls=(), delay=0.0):
         self.staging = [None] * slots
         self.puts = []  # (parent, keys)
+        self.tokens = []  # per put, the tokens per block it was given
         self.stored = {}
         self.fail_calls = set(fail_calls)  # put call numbers (from 0) that raise
         self.refuse_calls = set(refuse_calls)  # put call numbers that refuse their last block
@@ -33,7 +34,7 @@ class FakeStore:
         for j, b in enumerate(block_ids):
             self.staging[first + j] = self.payload_of[b]
 
-    def put(self, parent, keys, first):
+    def put(self, parent, keys, first, tokens):
         if self.gate is not None:
             assert self.gate.wait(10), "test gate never opened"
         if self.delay:
@@ -46,6 +47,7 @@ class FakeStore:
             if self.staging[first + j] != f"p-{k}":
                 self.corrupt.append((k, self.staging[first + j]))
         self.puts.append((parent, list(keys)))
+        self.tokens.append(tokens)
         refused = 1 if call in self.refuse_calls else 0
         for k in keys[:len(keys) - refused]:
             self.stored[k] = True
@@ -58,6 +60,20 @@ def make_job(store, req, n, parent=None, base=0, prefix=None):
     for b, k in blocks:
         store.payload_of[b] = f"p-{k}"
     return SaveJob(req, parent, blocks)
+
+
+def test_a_tails_token_count_reaches_its_put():
+    store = FakeStore(4)
+    saver = BlockSaver(store.put, 4)
+    try:
+        saver.submit(make_job(store, "a", 2), store.pack)
+        tail = make_job(store, "a", 1, parent="a1", base=10, prefix="t")
+        tail.tokens = 96
+        saver.submit(tail, store.pack)
+        assert saver.flush(10)
+        assert store.puts == [(None, ["a0", "a1"]), ("a1", ["t0"])] and store.tokens == [0, 96]
+    finally:
+        saver.close()
 
 
 def test_chain_puts_land_in_order_with_parents():
@@ -212,4 +228,4 @@ def test_close_abandons_after_its_timeout():
 
 def test_staging_must_hold_a_block():
     with pytest.raises(ValueError):
-        BlockSaver(lambda p, k, f: (0, 0), 0)
+        BlockSaver(lambda p, k, f, t: (0, 0), 0)

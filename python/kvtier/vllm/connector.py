@@ -86,7 +86,8 @@ class KvtierConnectorMetadata(KVConnectorMetadata):
     # (req_id, [(block_id, key16)], asynchronously?) to load: the synchronous ones before
     # this step's forward, the asynchronous ones whenever they are ready
     loads: list = field(default_factory=list)
-    # (req_id, parent key16 or None, [(block_id, key16)]) to save after it
+    # (req_id, parent key16 or None, [(block_id, key16)], tokens per block: 0 for whole
+    # blocks, fewer for a tail) to save after it
     saves: list = field(default_factory=list)
 
 
@@ -302,10 +303,10 @@ class KvtierConnector(KVConnectorBase_V1):
     def _stage(self, block_ids, first_slot: int) -> None:
         self._pack(block_ids, self._staging(first_slot, len(block_ids)))
 
-    def _put(self, parent, keys, first_slot: int) -> tuple:
+    def _put(self, parent, keys, first_slot: int, tokens: int) -> tuple:
         bb, shm = self._block_bytes, self._save_shm
         r = self._save_client.put(keys, [shm[(first_slot + j) * bb:(first_slot + j + 1) * bb]
-                                         for j in range(len(keys))], parent=parent, tokens=self._block_size)
+                                         for j in range(len(keys))], parent=parent, tokens=tokens or self._block_size)
         return r.new_blocks, r.refused_blocks
 
     def _pack(self, block_ids, dst: torch.Tensor) -> None:
@@ -419,12 +420,12 @@ class KvtierConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         # Every rank reports the finished requests that saved (the scheduler counts the ranks),
         # the ranks that do not save at once.
-        self._save_reqs.update(req_id for req_id, _, _ in meta.saves)
+        self._save_reqs.update(req_id for req_id, _, _, _ in meta.saves)
         if not self._saves or not meta.saves or self._saver is None:
             return
         t0 = time.perf_counter()
-        for req_id, parent, blocks in meta.saves:
-            job = SaveJob(req_id, parent, list(blocks))
+        for req_id, parent, blocks, tokens in meta.saves:
+            job = SaveJob(req_id, parent, list(blocks), tokens)
             self._saver.submit(job, self._stage)
             if self._dump_dir:
                 back = torch.empty((len(blocks), self._block_bytes), dtype=torch.uint8)
@@ -652,13 +653,13 @@ class KvtierConnector(KVConnectorBase_V1):
             after = computed + so.num_scheduled_tokens.get(req_id, 0)
             parent, saves = plan.take_save(req.block_hashes, after)
             if saves:
-                meta.saves.append((req_id, parent, saves))
+                meta.saves.append((req_id, parent, saves, 0))
                 self._landing.sent(req_id, (k for _, k in saves))
             if self._tails_allowed(req):
                 tail = plan.take_tail_save(req.block_hashes, req.all_token_ids, req.num_prompt_tokens, after,
                                            self._tail_granularity)
                 if tail is not None:
-                    meta.saves.append((req_id, *tail))
+                    meta.saves.append((req_id, *tail))  # (parent, blocks, tokens)
                     self._landing.sent(req_id, (k for _, k in tail[1]))
 
         # Requests vLLM parked in WAITING_FOR_REMOTE_KVS: they are not scheduled this step.

@@ -229,7 +229,7 @@ class RequestPlan:
 
     def take_tail_save(self, block_hashes: Sequence[bytes], token_ids: Sequence[int], prompt_tokens: int,
                        tokens_after_step: int, granularity: int):
-        """(parent key, [(block_id, tail key)]) of the block the prompt ends in, once the step
+        """(parent key, [(block_id, tail key)], tail tokens) of the block the prompt ends in, once the step
         that computes the prompt's last token has run (call take_save first: the tail's parent
         must be saved or stored already); None otherwise, and after the first call that could
         save it. The tail holds the prompt's tokens of that block, rounded down to a multiple
@@ -248,7 +248,7 @@ class RequestPlan:
         key = tail_keys(block_hashes[j - 1], token_ids[start:start + t], [t])[0]
         if self.tail is not None and self.tail[0] == key:
             return None  # it loaded this very tail
-        return block_key(block_hashes[j - 1]), [(self.block_ids[j], key)]
+        return block_key(block_hashes[j - 1]), [(self.block_ids[j], key)], t
 
 
 @dataclass(frozen=True)

@@ -40,9 +40,10 @@ from kvtier.vllm.layout import batch_ranges
 
 logger = logging.getLogger(__name__)
 
-# put(parent key or None, keys, first_slot) -> (new_blocks, refused_blocks) for the blocks in
-# staging slots first_slot, first_slot + 1, ...; raises if the put failed.
-Put = Callable[[Optional[bytes], Sequence[bytes], int], tuple]
+# put(parent key or None, keys, first_slot, tokens) -> (new_blocks, refused_blocks) for the
+# blocks in staging slots first_slot, first_slot + 1, ..., each holding `tokens` tokens (0: a
+# whole block); raises if the put failed.
+Put = Callable[[Optional[bytes], Sequence[bytes], int, int], tuple]
 # pack(block_ids, first_slot): copies those blocks' pages into the staging slots from first_slot.
 Pack = Callable[[Sequence[int], int], None]
 
@@ -52,6 +53,7 @@ class SaveJob:
     req_id: str
     parent: Optional[bytes]  # the key before blocks[0] in its chain
     blocks: list  # [(block_id, key)] in chain order
+    tokens: int = 0  # the tokens each block holds: 0 for whole blocks, fewer for a tail
     chunks_left: int = 0
     saved: int = 0  # blocks the server stored anew
     refused: int = 0  # blocks refused, or in a put that raised
@@ -221,7 +223,7 @@ class BlockSaver:
                 keys = [k for _, k in job.blocks[chunk.lo:chunk.hi]]
                 parent = job.parent if chunk.lo == 0 else job.blocks[chunk.lo - 1][1]
                 try:
-                    new, refused = self._put(parent, keys, chunk.first_slot)
+                    new, refused = self._put(parent, keys, chunk.first_slot, job.tokens)
                 except Exception as e:  # noqa: BLE001: a failed put must not stop later saves
                     logger.warning("kvtier saver: put of %d blocks for %s failed: %s", n, job.req_id, e)
                     failed, refused = True, n
