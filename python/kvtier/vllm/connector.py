@@ -656,8 +656,12 @@ class KvtierConnector(KVConnectorBase_V1):
                 meta.saves.append((req_id, parent, saves, 0))
                 self._landing.sent(req_id, (k for _, k in saves))
             if self._tails_allowed(req):
-                tail = plan.take_tail_save(req.block_hashes, req.all_token_ids, req.num_prompt_tokens, after,
-                                           self._tail_granularity)
+                try:
+                    tail = plan.take_tail_save(req.block_hashes, req.all_token_ids, req.num_prompt_tokens, after,
+                                               self._tail_granularity)
+                except ValueError as e:  # a token id that is not a uint32: no tail, the step goes on
+                    logger.warning("KvtierConnector: %s: no tail saved: %s", req_id, e)
+                    tail = None
                 if tail is not None:
                     meta.saves.append((req_id, *tail))  # (parent, blocks, tokens)
                     self._landing.sent(req_id, (k for _, k in tail[1]))

@@ -57,8 +57,8 @@ def matched_tokens(num_hashes: int, num_tokens: int, block_size: int, local_bloc
 # lengths that are multiples of a granularity, so that a lookup asks for a few candidate
 # lengths (block_size / granularity at most), not every one.
 _TAIL_DOMAIN = b"kvtier-vllm-tail\0"
-# The connector's default granularity (kv_connector_extra_config "partial_block_tokens"): at
-# most block_size / 16 candidates per lookup (8 at vLLM's CPU block of 128), and a tail reuses
+# The connector's default granularity (kv_connector_extra_config "partial_block_tokens"):
+# fewer than block_size / 16 candidates per lookup (7 at vLLM's CPU block of 128), and a tail reuses
 # all but up to 15 of the tokens a prompt left in its last block. 0 turns tails off.
 DEFAULT_TAIL_GRANULARITY = 16
 
@@ -66,7 +66,7 @@ DEFAULT_TAIL_GRANULARITY = 16
 def tail_lengths(available: int, block_size: int, granularity: int) -> list:
     """The tail lengths a lookup asks for when ``available`` tokens of a request follow a block
     boundary: multiples of ``granularity`` below ``block_size`` (a whole block is a block, not
-    a tail), at most ``available``; ascending. None when ``granularity`` is 0 (tails off)."""
+    a tail), at most ``available``; ascending. Empty when ``granularity`` is 0 (tails off)."""
     if granularity < 0 or block_size <= 0:
         raise ValueError("granularity must be >= 0 and block_size positive")
     if granularity == 0:
