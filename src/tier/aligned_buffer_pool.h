@@ -57,8 +57,8 @@ class AlignedBufferPool {
 
   const std::size_t max_cached_bytes_;
   mutable std::mutex mutex_;
-  FreeLists free_;  // GUARDED_BY(mutex_): by capacity, none empty
-  std::size_t cached_bytes_ = 0;                         // GUARDED_BY(mutex_)
+  FreeLists free_;                 // GUARDED_BY(mutex_): by capacity, none empty
+  std::size_t cached_bytes_ = 0;   // GUARDED_BY(mutex_)
 };
 
 }  // namespace kvtier

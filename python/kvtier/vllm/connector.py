@@ -593,8 +593,8 @@ class KvtierConnector(KVConnectorBase_V1):
         i = longest_tail(found, self._use_cost_model)
         if i < 0:
             return None, False
-        tier = max(r[i][2][0] for r in found)  # the slowest rank's fastest copy
-        return (keys[i], tier, min(lengths[i], usable)), False
+        _, _, tiers = combine_shard_lookups([r[i] for r in found])
+        return (keys[i], tiers[0], min(lengths[i], usable)), False
 
     def update_connector_output(self, connector_output) -> None:
         meta = connector_output.kv_connector_worker_meta

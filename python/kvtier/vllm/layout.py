@@ -100,7 +100,8 @@ def longest_tail(shard_results: Sequence[Sequence], use_worth: bool = True) -> i
     if not shard_results:
         return -1
     for i in reversed(range(len(shard_results[0]))):
-        if all(r[i][0] >= 1 and (not use_worth or r[i][1] >= 1) for r in shard_results):
+        stored, worth, _ = combine_shard_lookups([r[i] for r in shard_results])
+        if stored >= 1 and (not use_worth or worth >= 1):
             return i
     return -1
 
