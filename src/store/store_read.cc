@@ -21,11 +21,7 @@ LookupResult TieredStore::Impl::Lookup(std::span<const BlockKey> keys) {
   std::size_t found = 0;
   if (shared_tier >= 0 && result.prefix_blocks < keys.size()) {
     // The rest of the chain may be in the shared tier, put by another node.
-    found = IndexSharedBlocks(keys, result.prefix_blocks);
-    if (found > 0) {
-      std::shared_lock lock(mu_);
-      result = LookupIndexedLocked(keys);
-    }
+    found = IndexSharedBlocks(keys, result.prefix_blocks, [&] { result = LookupIndexedLocked(keys); });
   }
   read_counters.lookups.fetch_add(1, std::memory_order_relaxed);
   read_counters.lookup_blocks.fetch_add(keys.size(), std::memory_order_relaxed);
@@ -89,7 +85,7 @@ Result<std::size_t> TieredStore::Impl::Get(std::span<const BlockKey> keys, std::
   std::vector<PlannedRead> plan = PlanReads(keys);
   if (shared_tier >= 0 && plan.size() < keys.size()) {
     // As Lookup: the rest of the chain may be in the shared tier, put by another node.
-    if (IndexSharedBlocks(keys, plan.size()) > 0) plan = PlanReads(keys);
+    IndexSharedBlocks(keys, plan.size(), [&] { plan = PlanReadsLocked(keys); });
   }
   std::size_t read = 0;
   std::vector<BlockKey> from_below;               // promoted once the request has its bytes
@@ -168,8 +164,12 @@ double TieredStore::Impl::PromotionBreakEven(int t, std::size_t bytes) const {
 }
 
 std::vector<TieredStore::Impl::PlannedRead> TieredStore::Impl::PlanReads(std::span<const BlockKey> keys) const {
-  std::vector<PlannedRead> plan;
   std::shared_lock lock(mu_);
+  return PlanReadsLocked(keys);
+}
+
+std::vector<TieredStore::Impl::PlannedRead> TieredStore::Impl::PlanReadsLocked(std::span<const BlockKey> keys) const {
+  std::vector<PlannedRead> plan;
   const std::span<const BlockInfo> run = IndexedRunLocked(keys);
   plan.reserve(run.size());
   for (const BlockInfo& info : run) {

@@ -85,7 +85,8 @@ void TieredStore::Impl::Publish(const BlockKey& key, std::span<const std::byte> 
   }
 }
 
-std::size_t TieredStore::Impl::IndexSharedBlocks(std::span<const BlockKey> keys, std::size_t from) {
+std::size_t TieredStore::Impl::IndexSharedBlocks(std::span<const BlockKey> keys, std::size_t from,
+                                                 const std::function<void()>& then) {
   const std::span<const BlockKey> rest = keys.subspan(from, std::min(keys.size() - from, kMaxCardsPerLookup));
   std::vector<std::array<std::byte, kBlockCardBytes>> buffers(rest.size());
   std::vector<Tier::ReadOp> ops;
@@ -106,7 +107,9 @@ std::size_t TieredStore::Impl::IndexSharedBlocks(std::span<const BlockKey> keys,
   }
   if (cards.empty()) return 0;
   ExclusiveLock lock(*this);
-  return IndexCardsLocked(cards);
+  const std::size_t indexed = IndexCardsLocked(cards);
+  if (indexed > 0 && then) then();
+  return indexed;
 }
 
 std::size_t TieredStore::Impl::IndexCardsLocked(std::span<const BlockCard> cards) {

@@ -448,8 +448,11 @@ struct TieredStore::Impl {
                std::optional<uint64_t> checksum);
   // Reads the cards of keys[from..] from the shared tier (one batch, `mu_` released) and
   // indexes the blocks of the longest run that continues the chain: blocks another node put.
-  // Returns how many it indexed.
-  std::size_t IndexSharedBlocks(std::span<const BlockKey> keys, std::size_t from);
+  // Returns how many it indexed. When it indexed any, `then` runs in the same exclusive
+  // section: what it reads of them cannot have been dropped meanwhile by a mover making
+  // room in this node's share of the pool.
+  std::size_t IndexSharedBlocks(std::span<const BlockKey> keys, std::size_t from,
+                                const std::function<void()>& then = nullptr);
   std::size_t IndexCardsLocked(std::span<const BlockCard> cards);
 
   // --- The read path (store_read.cc) ------------------------------------------------------
@@ -480,6 +483,7 @@ struct TieredStore::Impl {
   // The reads of the indexed prefix of `keys`, under one shared lock for the whole chain (not
   // one per block): most reads go as planned; one that does not is looked up again.
   std::vector<PlannedRead> PlanReads(std::span<const BlockKey> keys) const;
+  std::vector<PlannedRead> PlanReadsLocked(std::span<const BlockKey> keys) const;  // shared is enough
   // Get's first step: the blocks of the chain's indexed prefix that networked tiers (a remote
   // pool, a parallel FS) hold, read in one ReadBatch per tier: a remote pool answers in one
   // round trip per node, not one per block, which no prefetch overlap makes up for. Local
