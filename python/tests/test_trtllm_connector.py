@@ -25,6 +25,7 @@ tests run on a torch pool where torch imports.
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import zlib
 from types import SimpleNamespace
@@ -263,9 +264,13 @@ def url_of(daemon, query=""):
 PROMPT = [101 + 3 * i for i in range(18)]  # 4 full blocks and 2 tokens
 
 
+_reference_runs = itertools.count()
+
+
 def reference(daemon, prompt, max_new, backend="numpy"):
-    """What the stand-in model generates with no kvtier hit (an empty namespace)."""
-    eng = Engine(llm_args(url_of(daemon, "model=reference")), 64, backend)
+    """What the stand-in model generates with no kvtier hit (a namespace of its own: an earlier
+    reference run of a prefix of ``prompt`` would otherwise be a hit)."""
+    eng = Engine(llm_args(url_of(daemon, f"model=reference-{next(_reference_runs)}")), 64, backend)
     try:
         req = Request("ref", prompt, max_new)
         out = eng.run(req)[0]
@@ -601,6 +606,8 @@ def test_server_url_and_environment():
     ("unix://", ValueError, "names no socket path"),
     ("unix:///x.sock?tenants=a", ValueError, "unknown option 'tenants'"),
     ("unix:///x.sock?shared_memory_bytes=lots", ValueError, "not an integer"),
+    ("unix:///x.sock?partial_block_tokens=some", ValueError, "partial_block_tokens 'some' is not an integer"),
+    ("unix:///x.sock?partial_block_tokens=-1", ValueError, "partial_block_tokens must be 0"),
 ])
 def test_bad_server_url_is_refused(url, error, match):
     with pytest.raises(error, match=match):

@@ -13,7 +13,9 @@ Configure it with::
   TensorRT-LLM KV block (``kvtier.chain_keys``, each key linked to its parent), looks the chain
   up in every rank's namespace, pins the hit until it is loaded, and tells the workers, through
   the metadata TensorRT-LLM broadcasts each step, which blocks to load and which full blocks
-  to save.
+  to save. The block a prompt ends in is saved too, as a tail (``kvtier.vllm.layout.tail_keys``),
+  and loaded into the next prompt that continues it: TensorRT-LLM computes the rest of that
+  block over the loaded page, as it does after its own partial reuse (docs/trtllm.md).
 - Each worker copies whole blocks between the KV pool TensorRT-LLM registers (one tensor,
   ``[num_blocks, num_layers, kv_factor, block elements]``: a block's pages of every layer are
   one run of bytes) and its kvtier.Client's shared-memory segment. Loads are synchronous in
@@ -36,8 +38,11 @@ from kvtier.vllm.layout import (
     batch_ranges,
     combine_shard_lookups,
     contiguous_runs,
+    longest_tail,
     matched_tokens,
     page_geometry,
+    tail_keys,
+    tail_lengths,
 )
 
 try:
@@ -83,7 +88,8 @@ class KvtierConnectorMetadata:
     # (request id, [(block id, key)]): load before this step's forward. Only the blocks the
     # device lacks: kvtier reads a run that starts mid-chain.
     loads: list = field(default_factory=list)
-    # (request id, parent key or None, [(block id, key)]): save after it
+    # (request id, parent key or None, [(block id, key)], tokens each block holds): save after
+    # it (tokens_per_block for whole blocks, fewer for a tail)
     saves: list = field(default_factory=list)
 
 
@@ -102,21 +108,21 @@ class _TokenChain:
     def __init__(self, block_size: int, lora: str, salt: str):
         self.keys: list = []
         self.tokens = 0  # tokens fed so far
-        self._tail: list = []
+        self._unkeyed: list = []  # the tokens after the last whole block
         self._block_size = block_size
         self._lora = lora
         self._salt = salt
 
     def extend(self, tokens) -> None:
-        self._tail.extend(int(t) for t in tokens)
+        self._unkeyed.extend(int(t) for t in tokens)
         self.tokens += len(tokens)
-        full = len(self._tail) // self._block_size * self._block_size
+        full = len(self._unkeyed) // self._block_size * self._block_size
         if full:
             self.keys += kvtier.chain_keys(
-                self._tail[:full], self._block_size, KEY_ALGORITHM, self.keys[-1] if self.keys else None,
+                self._unkeyed[:full], self._block_size, KEY_ALGORITHM, self.keys[-1] if self.keys else None,
                 root_seed=ROOT_SEED, cache_salt=self._salt, lora_name=self._lora,
                 first_token=len(self.keys) * self._block_size)
-            del self._tail[:full]
+            del self._unkeyed[:full]
 
 
 def _chain_of(request, block_size: int) -> Optional[_TokenChain]:
@@ -144,13 +150,20 @@ class KvtierConnectorScheduler(KvCacheConnectorScheduler):
         self._pins: dict = {}  # request id -> [(client, pin id)]
         self._loading: list = []  # request ids whose loads went out in the last metadata
         self._sent: dict = {}  # request id -> tokens its scheduler outputs have carried so far
-        self.stats = {"lookups": 0, "hit_tokens": 0, "lookup_errors": 0}
+        # request id -> its prompt's tokens, until the step that computes the prompt's last one
+        # has saved the block it ends in as a tail (under chunked prefill that step comes later,
+        # and scheduler outputs carry each token id once)
+        self._prompts: dict = {}
+        # A granularity of tokens_per_block or more leaves no tail length below a whole block.
+        self._tails_on = bool(tail_lengths(self._block_size - 1, self._block_size, self._options.partial_block_tokens))
+        self.stats = {"lookups": 0, "hit_tokens": 0, "lookup_errors": 0, "tail_hits": 0, "tail_hit_tokens": 0}
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
         req_id = request.request_id
         bs = self._block_size
         self._release_pins(req_id)
         self._plans.pop(req_id, None)
+        self._prompts.pop(req_id, None)
         chain = _chain_of(request, bs)
         if chain is None:
             self._chains.pop(req_id, None)
@@ -158,12 +171,15 @@ class KvtierConnectorScheduler(KvCacheConnectorScheduler):
         tokens = list(request.get_tokens(0))
         chain.extend(tokens)
         self._chains[req_id] = chain
+        if self._tails_on:
+            self._prompts[req_id] = tokens
         plan = self._plans[req_id] = RequestPlan(req_id, bs)
         local = num_computed_tokens // bs
         stored = worth = 0
+        found = None
         if chain.keys and num_computed_tokens % bs == 0:
             # A partly reused block (TensorRT-LLM's partial reuse) would split a kvtier block:
-            # then only what the engine computes is saved.
+            # then nothing is loaded (no tail either) and only what the engine computes is saved.
             try:
                 found = [c.lookup([chain.keys])[0] for c in self._clients]
                 stored, worth, _ = combine_shard_lookups(found)
@@ -178,21 +194,64 @@ class KvtierConnectorScheduler(KvCacheConnectorScheduler):
             # cannot be read at all (the worker refuses such a pool at registration).
             usable = local
         ext, ext_tokens = matched_tokens(len(chain.keys), len(tokens), bs, local, usable)
-        if ext:
-            held, ext_tokens = self._pin(req_id, chain.keys[local:local + ext], len(tokens), local)
+        tail = self._find_tail(chain, tokens, local + ext, stored) if found is not None else None
+        # The tail is stored as a child of the hit's last block (or of the device's last), so
+        # the blocks and the tail are one run: one pin per namespace holds them all, and the
+        # worker reads them as it reads any run of blocks.
+        run = chain.keys[local:local + ext] + ([tail[0]] if tail is not None else [])
+        if run:
+            held = self._pin(req_id, run)
+            if held < len(run):
+                tail = None
             if held < ext:
                 stored = local + held  # left the store since the lookup: saved again if computed
-            ext = held
-        plan.on_lookup(local, stored, ext)
+                ext, ext_tokens = matched_tokens(stored, len(tokens), bs, local, stored)
+        if tail is not None:
+            ext_tokens = ext * bs + tail[2]
+            self.stats["tail_hits"] += 1
+            self.stats["tail_hit_tokens"] += tail[2]
+        plan.on_lookup(local, stored, ext, tail=tail)
         self._external[req_id] = ext_tokens
         self.stats["lookups"] += 1
         self.stats["hit_tokens"] += ext_tokens
         return ext_tokens, False
 
-    def _pin(self, req_id, keys, num_tokens: int, local: int) -> tuple:
-        """Pins the hit's blocks (``keys``, the chain's blocks from ``local`` on) in every
-        namespace until its load has run (a pin holds the stored prefix of the run it is given,
-        from its first block); (blocks, tokens) of the hit still held."""
+    def _find_tail(self, chain: _TokenChain, tokens, first: int, stored: int) -> Optional[tuple]:
+        """(key, fastest tier, tokens it gives) of the longest stored tail of block ``first``
+        (the first block the engine would compute) that the prompt ``tokens`` continues, or
+        None. Only where kvtier holds no whole block ``first`` (``stored`` blocks from 0), a
+        block precedes it to name the tail's prefix, and the engine still computes a token
+        after it; one more lookup round trip, for every candidate length together."""
+        bs = self._block_size
+        start = first * bs
+        usable = len(tokens) - 1 - start  # the engine computes at least the prompt's last token
+        if first < 1 or stored > first or usable < 1:
+            return None
+        candidate = tokens[start:start + bs - 1]
+        lengths = tail_lengths(len(candidate), bs, self._options.partial_block_tokens)
+        if not lengths:
+            return None
+        try:
+            keys = tail_keys(chain.keys[first - 1], candidate, lengths)
+        except ValueError as e:  # a token id that does not fit in 32 bits
+            logger.warning("kvtier: no tail lookup: %s", e)
+            return None
+        try:
+            found = [c.lookup([[k] for k in keys]) for c in self._clients]
+        except kvtier.KvtierError as e:
+            self.stats["lookup_errors"] += 1
+            logger.warning("kvtier: tail lookup failed (treated as a miss): %s", e)
+            return None
+        i = longest_tail(found, self._options.use_cost_model)
+        if i < 0 or max(r[i][3][0] for r in found) > self._options.shared_memory_bytes:
+            return None  # a page larger than the worker's segment cannot be read (see above)
+        _, _, tiers = combine_shard_lookups([r[i] for r in found])
+        return keys[i], tiers[0], min(lengths[i], usable)
+
+    def _pin(self, req_id, keys) -> int:
+        """Pins ``keys`` (a run: the hit's blocks, then its tail) in every namespace until its
+        load has run (a pin holds the stored prefix of the run it is given, from its first
+        block); how many of them, from the first, every namespace still holds."""
         held = len(keys)
         pins = self._pins[req_id] = []
         try:
@@ -205,9 +264,7 @@ class KvtierConnectorScheduler(KvCacheConnectorScheduler):
             held = 0
         if held == 0:
             self._release_pins(req_id)
-            return 0, 0
-        end = local + held
-        return matched_tokens(end, num_tokens, self._block_size, local, end)
+        return held
 
     def _release_pins(self, req_id) -> None:
         for c, pin_id in self._pins.pop(req_id, []):
@@ -252,13 +309,31 @@ class KvtierConnectorScheduler(KvCacheConnectorScheduler):
             done = rd.computed_position + rd.num_scheduled_tokens + (self._external.pop(req_id, 0) if is_new else 0)
             parent, saves = plan.take_save(chain.keys, done)
             if saves:
-                meta.saves.append((req_id, parent, saves))
+                meta.saves.append((req_id, parent, saves, self._block_size))
+            prompt = self._prompts.get(req_id)
+            if prompt is not None:
+                self._save_tail(meta, plan, chain, prompt, done)
         return meta
+
+    def _save_tail(self, meta, plan: RequestPlan, chain: _TokenChain, prompt, done: int) -> None:
+        """Adds the block the prompt ends in, as a tail, to the saves of the step that computes
+        the prompt's last token (after the step's whole blocks: the tail's parent is saved
+        first), and then forgets the prompt."""
+        req_id = plan.req_id
+        try:
+            tail = plan.take_tail_save(chain.keys, prompt, len(prompt), done, self._options.partial_block_tokens)
+        except ValueError as e:  # a token id that does not fit in 32 bits: no tail, the step goes on
+            logger.warning("kvtier: request %s: no tail saved: %s", req_id, e)
+            tail = None
+        if tail is not None:
+            meta.saves.append((req_id, *tail))  # (parent, [(block id, key)], tokens)
+        if plan.tail_saved:
+            del self._prompts[req_id]
 
     def request_finished(self, request, cache_block_ids) -> bool:
         req_id = request.request_id
         self._release_pins(req_id)
-        for table in (self._plans, self._chains, self._external, self._sent):
+        for table in (self._plans, self._chains, self._external, self._sent, self._prompts):
             table.pop(req_id, None)
         return False  # saves are synchronous: the blocks may be freed now
 
@@ -377,7 +452,7 @@ class KvtierConnectorWorker(KvCacheConnectorWorker):
         if stream is not None and hasattr(stream, "synchronize"):
             stream.synchronize()  # the forward that wrote the pages has finished
         bb = self._block_bytes
-        for req_id, parent, blocks in meta.saves:
+        for req_id, parent, blocks, tokens in meta.saves:
             for lo, hi in batch_ranges(len(blocks), bb, len(self._shm)):
                 part = blocks[lo:hi]
                 n = len(part)
@@ -387,7 +462,7 @@ class KvtierConnectorWorker(KvCacheConnectorWorker):
                     dst[i:i + count] = self._rows[b:b + count]
                 try:
                     r = self._client.put(keys, [self._shm[j * bb:(j + 1) * bb] for j in range(n)],
-                                         parent=parent, tokens=self._options.block_size)
+                                         parent=parent, tokens=tokens)
                 except kvtier.KvtierError as e:
                     self.stats["save_errors"] += 1
                     logger.warning("kvtier: saving %d blocks of request %s failed (skipped): %s", n, req_id, e)

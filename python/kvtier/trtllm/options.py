@@ -20,7 +20,7 @@ from typing import Mapping, Optional
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from kvtier.sglang.keys import truthy
-from kvtier.vllm.layout import layout_fingerprint, namespace_tenant, shard_tenants
+from kvtier.vllm.layout import DEFAULT_TAIL_GRANULARITY, layout_fingerprint, namespace_tenant, shard_tenants
 
 ENV_SERVER_URL = "KVTIER_TRTLLM_SERVER_URL"
 KEY_ALGORITHM = "xxh3_128"  # kvtier's own chain hash: a digest is the 16-byte key
@@ -34,6 +34,9 @@ OPTION_DEFAULTS = {
     "fold_namespace": "1",  # 0: use tenant as is
     "shared_memory_bytes": str(256 << 20),  # the worker's segment; one block must fit
     "use_cost_model": "1",  # 0: load the whole stored prefix, not only what is worth loading
+    # Store the block a prompt ends in as a tail of this many tokens' granularity (0: off); a
+    # granularity of tokens_per_block or more leaves no tail length below a whole block.
+    "partial_block_tokens": str(DEFAULT_TAIL_GRANULARITY),
 }
 
 
@@ -43,6 +46,7 @@ class ConnectorOptions:
     auth_token: str
     shared_memory_bytes: int
     use_cost_model: bool
+    partial_block_tokens: int  # tail granularity in tokens; 0: no tails
     block_size: int  # tokens per TensorRT-LLM KV block, one kvtier block each
     tp_size: int
     tenants: tuple  # per tensor-parallel rank
@@ -125,6 +129,13 @@ def connector_options(llm_args, environ: Optional[Mapping[str, str]] = None) -> 
                          f"{opts['shared_memory_bytes']!r} is not an integer") from None
     if shm <= 0:
         raise ValueError("kvtier TensorRT-LLM connector: shared_memory_bytes must be positive")
+    try:
+        tail_granularity = int(opts["partial_block_tokens"])
+    except ValueError:
+        raise ValueError(f"kvtier TensorRT-LLM connector: partial_block_tokens "
+                         f"{opts['partial_block_tokens']!r} is not an integer") from None
+    if tail_granularity < 0:
+        raise ValueError("kvtier TensorRT-LLM connector: partial_block_tokens must be 0 (no tails) or positive")
     tp_size = int(getattr(llm_args, "tensor_parallel_size", 1) or 1)
     quant = getattr(llm_args, "quant_config", None)
     description = {
@@ -143,5 +154,5 @@ def connector_options(llm_args, environ: Optional[Mapping[str, str]] = None) -> 
     # Each rank holds its own KV heads: its own namespace (MLA's replicated latent cache too,
     # which costs a copy per rank but stays correct).
     tenants = tuple(shard_tenants(tenant, tp_size, replicated=False))
-    return ConnectorOptions(path, opts["auth_token"], shm, truthy(opts["use_cost_model"]), block_size,
-                            tp_size, tenants, description)
+    return ConnectorOptions(path, opts["auth_token"], shm, truthy(opts["use_cost_model"]), tail_granularity,
+                            block_size, tp_size, tenants, description)
