@@ -64,18 +64,23 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
   KVTIER_RETURN_IF_ERROR(CheckChain(chain, options.metadata_only));
   PutResult result;
   // The chain's blocks stay pinned until the whole chain is in: room for block i + 1 must not
-  // come from evicting block i. Unpinned on every way out.
+  // come from evicting block i. Released by the last section, or here on the way out of an error.
   struct ChainPins {
     Impl& s;
     std::vector<BlockKey> keys;
+    void ReleaseLocked() {
+      for (const BlockKey& key : keys) {
+        auto it = s.blocks.find(key);
+        if (it != s.blocks.end() && it->second.pins > 0) --it->second.pins;
+        s.RefreshEvictableLocked(key);
+      }
+      keys.clear();
+    }
     ~ChainPins() {
+      if (keys.empty()) return;
       {
         ExclusiveLock lock(s);
-        for (const BlockKey& key : keys) {
-          auto it = s.blocks.find(key);
-          if (it != s.blocks.end() && it->second.pins > 0) --it->second.pins;
-          s.RefreshEvictableLocked(key);
-        }
+        ReleaseLocked();
       }
       s.KickRebalances();
     }
@@ -87,64 +92,108 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
     auto it = blocks.find(*parent);
     if (it != blocks.end()) tokens_before = it->second.tokens_before + it->second.tokens;
   }
-  for (std::size_t i = 0; i < chain.size(); ++i) {
-    const BlockPut& p = chain[i];
-    const uint32_t bytes = p.bytes != 0 ? p.bytes : static_cast<uint32_t>(p.payload.size());
-    BlockMeta meta{.size_bytes = bytes, .type = p.type, .transition = p.transition};
-    const Block b{.tokens = p.tokens,
-                  .tokens_before = tokens_before,
-                  .recompute_s = RecomputeSeconds(p.recompute_seconds, p.tokens, tokens_before)};
-    tokens_before += p.tokens;
+  // One exclusive section per block and one to end: each records the previous block's write
+  // and indexes the next block, where recording and indexing apart took two per block.
+  std::optional<PutWrite> written;
+  for (std::size_t i = 0;; ++i) {
+    const bool last = i == chain.size();
+    BlockMeta meta;
+    Block b;
+    if (!last) {
+      const BlockPut& p = chain[i];
+      meta = {.size_bytes = p.bytes != 0 ? p.bytes : static_cast<uint32_t>(p.payload.size()),
+              .type = p.type,
+              .transition = p.transition};
+      b = {.tokens = p.tokens,
+           .tokens_before = tokens_before,
+           .recompute_s = RecomputeSeconds(p.recompute_seconds, p.tokens, tokens_before)};
+      tokens_before += p.tokens;
+    }
+    bool publish = false;
+    bool refused = false;
     PutAction action = PutAction::kWait;
     {
       ExclusiveLock lock(*this);
-      while (action == PutAction::kWait) {
-        KVTIER_ASSIGN_OR_RETURN(action, IndexForPutLocked(p, i, previous, meta, b, putting.keys));
-        if (action == PutAction::kWait) move_done_.wait(lock);
-      }
-    }
-    Result<bool> stored = true;
-    if (action == PutAction::kRepersist) stored = Repersist(p, i, meta);
-    if (action == PutAction::kNew) {
-      // The payload may be a client's shared segment, still being written: when two tiers get
-      // a copy (write-through into a persist tier below a faster one, or a publish to the
-      // shared tier), they must get the same bytes, so they are read from it once.
-      std::shared_ptr<AlignedBufferPool::Buffer> copy;  // shared: a background publish keeps it
-      BlockPut put = p;
-      if (!p.payload.empty() && (shared_tier >= 0 || (write_through() && persist_tier > 0))) {
-        copy = std::make_shared<AlignedBufferPool::Buffer>(payload_copies.Acquire(p.payload.size()));
-        if (*copy == nullptr) {
-          return Status::ResourceExhausted("store: no memory to copy a block of " + std::to_string(p.payload.size()) +
-                                           " bytes");
+      if (written) {
+        KVTIER_ASSIGN_OR_RETURN(const bool stored, RecordPutWriteLocked(chain[written->i], *written, result, putting.keys));
+        if (stored && written->action == PutAction::kNew) {
+          ++result.new_blocks;
+        } else if (stored) {
+          ++result.present_blocks;  // written again into the persist tier
         }
-        std::memcpy(copy->get(), p.payload.data(), p.payload.size());
-        put.payload = {copy->get(), p.payload.size()};
+        if (stored) {
+          previous = chain[written->i].key;
+          publish = written->action == PutAction::kNew && shared_tier >= 0;
+        } else {
+          result.refused_blocks += chain.size() - written->i;
+          refused = true;
+        }
       }
-      const std::span<const std::byte> once = put.payload;
-      stored = StoreNew(put, i, meta, b, result, putting.keys);
-      if (stored.ok() && *stored && shared_tier >= 0 && options.publish_in_background) {
-        Schedule([this, key = p.key, copy, once, meta, sum = p.checksum] { Publish(key, once, meta, sum); });
-      } else if (stored.ok() && *stored && shared_tier >= 0) {
-        Publish(p.key, once, meta, p.checksum);
+      if (last || refused) {
+        ++stats.puts;
+        putting.ReleaseLocked();
+      } else {
+        while (action == PutAction::kWait) {
+          KVTIER_ASSIGN_OR_RETURN(action, IndexForPutLocked(chain[i], i, previous, meta, b, putting.keys));
+          if (action == PutAction::kWait) move_done_.wait(lock);
+        }
       }
     }
-    if (!stored.ok()) return stored.status();
-    if (!*stored) {
-      result.refused_blocks += chain.size() - i;
-      break;
-    }
-    if (action == PutAction::kNew) {
-      ++result.new_blocks;
-    } else {
+    if (publish) PublishPutWrite(chain[written->i], *written);
+    written.reset();
+    if (last || refused) break;
+    if (action == PutAction::kPresent) {
       ++result.present_blocks;
+      previous = chain[i].key;
+      continue;
     }
-    previous = p.key;
+    KVTIER_ASSIGN_OR_RETURN(written, WriteForPut(chain[i], i, action, meta, b));
   }
-  {
-    ExclusiveLock lock(*this);
-    ++stats.puts;
-  }
+  KickRebalances();
   return result;
+}
+
+Result<TieredStore::Impl::PutWrite> TieredStore::Impl::WriteForPut(const BlockPut& p, std::size_t i, PutAction action,
+                                                                    const BlockMeta& meta, const Block& b) {
+  PutWrite w{.i = i, .action = action, .meta = meta};
+  if (action == PutAction::kRepersist) {
+    w.persisted = Persist(p.key, p.payload, meta.size_bytes, p.checksum);
+    return w;
+  }
+  // The payload may be a client's shared segment, still being written: when two tiers get a
+  // copy (write-through into a persist tier below a faster one, or a publish to the shared
+  // tier), they must get the same bytes, so they are read from it once.
+  w.payload = p.payload;
+  if (!p.payload.empty() && (shared_tier >= 0 || (write_through() && persist_tier > 0))) {
+    w.copy = std::make_shared<AlignedBufferPool::Buffer>(payload_copies.Acquire(p.payload.size()));
+    if (*w.copy == nullptr) {
+      ExclusiveLock lock(*this);
+      ForgetLocked(p.key);  // indexed for this write, which cannot happen
+      return Status::ResourceExhausted("store: no memory to copy a block of " + std::to_string(p.payload.size()) +
+                                       " bytes");
+    }
+    std::memcpy(w.copy->get(), p.payload.data(), p.payload.size());
+    w.payload = {w.copy->get(), p.payload.size()};
+  }
+  // Write-through: the persist tier's copy (with its journal record) first, then a copy in a
+  // faster tier that admits it; the block is stored once the persist tier holds it.
+  if (write_through()) {
+    w.persisted = Persist(p.key, w.payload, meta.size_bytes, p.checksum);
+    if (w.persisted.ok()) w.placed = Place(p.key, meta, b, w.payload, persist_tier, p.checksum);
+  } else {
+    w.placed = Place(p.key, meta, b, w.payload, last_tier() + 1, p.checksum);
+  }
+  return w;
+}
+
+void TieredStore::Impl::PublishPutWrite(const BlockPut& p, const PutWrite& w) {
+  if (options.publish_in_background) {
+    Schedule([this, key = p.key, copy = w.copy, once = w.payload, meta = w.meta, sum = p.checksum] {
+      Publish(key, once, meta, sum);
+    });
+  } else {
+    Publish(p.key, w.payload, w.meta, p.checksum);
+  }
 }
 
 Result<TieredStore::Impl::PutAction> TieredStore::Impl::IndexForPutLocked(const BlockPut& p, std::size_t i,
@@ -189,60 +238,46 @@ Result<TieredStore::Impl::PutAction> TieredStore::Impl::IndexForPutLocked(const 
   return PutAction::kNew;
 }
 
-Result<bool> TieredStore::Impl::Repersist(const BlockPut& p, std::size_t i, const BlockMeta& meta) {
-  const Status persisted = Persist(p.key, p.payload, meta.size_bytes, p.checksum);
-  ExclusiveLock lock(*this);
-  if (auto it = blocks.find(p.key); it != blocks.end()) {
-    EndMoveLocked(p.key, it->second);
-    if (persisted.ok()) AddToTierLocked(p.key, persist_tier, meta, it->second);
-    RefreshEvictableLocked(p.key);
+Result<bool> TieredStore::Impl::RecordPutWriteLocked(const BlockPut& p, const PutWrite& w, const PutResult& so_far,
+                                                     std::vector<BlockKey>& pinned) {
+  if (w.action == PutAction::kRepersist) {
+    if (auto it = blocks.find(p.key); it != blocks.end()) {
+      EndMoveLocked(p.key, it->second);
+      if (w.persisted.ok()) AddToTierLocked(p.key, persist_tier, w.meta, it->second);
+      RefreshEvictableLocked(p.key);
+    }
+    if (w.persisted.ok()) return true;
+    if (w.persisted.code() != StatusCode::kResourceExhausted) {
+      return w.persisted.WithContext("store: persisting block " + std::to_string(w.i));
+    }
+    ++tier_state(persist_tier).stats.refused;
+    return false;
   }
-  if (persisted.ok()) return true;
-  if (persisted.code() != StatusCode::kResourceExhausted) {
-    return persisted.WithContext("store: persisting block " + std::to_string(i));
-  }
-  ++tier_state(persist_tier).stats.refused;
-  return false;
-}
-
-Result<bool> TieredStore::Impl::StoreNew(const BlockPut& p, std::size_t i, const BlockMeta& meta, const Block& b,
-                                         const PutResult& so_far, std::vector<BlockKey>& pinned) {
-  // Write-through: the persist tier's copy (with its journal record) first, then a copy in
-  // a faster tier that admits it; the block is stored once the persist tier holds it.
-  Result<int> placed = -1;
-  Status persisted = Status::Ok();
-  if (write_through()) {  // p.payload is a private copy when two tiers get it (Put)
-    persisted = Persist(p.key, p.payload, meta.size_bytes, p.checksum);
-    if (persisted.ok()) placed = Place(p.key, meta, b, p.payload, persist_tier, p.checksum);
-  } else {
-    placed = Place(p.key, meta, b, p.payload, last_tier() + 1, p.checksum);
-  }
-  ExclusiveLock lock(*this);
-  const bool stored = write_through() ? persisted.ok() : placed.ok() && *placed >= 0;
+  const bool stored = write_through() ? w.persisted.ok() : w.placed.ok() && *w.placed >= 0;
   if (!stored) {
     ForgetLocked(p.key);
-    if (!persisted.ok() && persisted.code() != StatusCode::kResourceExhausted) {
-      return persisted.WithContext("store: persisting block " + std::to_string(i));
+    if (!w.persisted.ok() && w.persisted.code() != StatusCode::kResourceExhausted) {
+      return w.persisted.WithContext("store: persisting block " + std::to_string(w.i));
     }
-    if (!persisted.ok()) ++tier_state(persist_tier).stats.refused;
+    if (!w.persisted.ok()) ++tier_state(persist_tier).stats.refused;
     // A payload that is not what its writer hashed is the writer's error to see, wherever
     // in the chain it is.
-    if (!placed.ok() && placed.status().code() == StatusCode::kCorruption) {
-      return placed.status().WithContext("store: block " + std::to_string(i));
+    if (!w.placed.ok() && w.placed.status().code() == StatusCode::kCorruption) {
+      return w.placed.status().WithContext("store: block " + std::to_string(w.i));
     }
     // A tier that is full even after making room, or down (a remote pool), refuses: for a
     // cache, a block it cannot hold now is a miss later, not a failure of the request.
-    if (!placed.ok() && placed.status().code() != StatusCode::kUnavailable &&
-        placed.status().code() != StatusCode::kResourceExhausted && so_far.new_blocks + so_far.present_blocks == 0) {
-      return placed.status();
+    if (!w.placed.ok() && w.placed.status().code() != StatusCode::kUnavailable &&
+        w.placed.status().code() != StatusCode::kResourceExhausted && so_far.new_blocks + so_far.present_blocks == 0) {
+      return w.placed.status();
     }
     return false;
   }
   auto it = blocks.find(p.key);
   ++it->second.pins;
   pinned.push_back(p.key);
-  if (write_through()) AddToTierLocked(p.key, persist_tier, meta, it->second);
-  if (placed.ok() && *placed >= 0) AddToTierLocked(p.key, *placed, meta, it->second);
+  if (write_through()) AddToTierLocked(p.key, persist_tier, w.meta, it->second);
+  if (w.placed.ok() && *w.placed >= 0) AddToTierLocked(p.key, *w.placed, w.meta, it->second);
   RefreshEvictableLocked(p.key);
   return true;
 }

@@ -416,7 +416,8 @@ struct TieredStore::Impl {
   Result<int> Place(const BlockKey& key, const BlockMeta& meta, const Block& b, std::span<const std::byte> payload,
                     int end, std::optional<uint64_t> checksum = std::nullopt);
   // Stores a chain (TieredStore::Put), one block at a time: IndexForPutLocked, then
-  // Repersist or StoreNew.
+  // WriteForPut with the lock released, then RecordPutWriteLocked in the section that indexes
+  // the next block.
   Result<PutResult> Put(std::span<const BlockPut> chain, const std::optional<BlockKey>& parent);
   enum class PutAction {
     kPresent,    // stored already: touched and pinned, nothing to write
@@ -428,13 +429,29 @@ struct TieredStore::Impl {
   // `previous`. `meta` becomes the stored block's when it is present.
   Result<PutAction> IndexForPutLocked(const BlockPut& p, std::size_t i, const std::optional<BlockKey>& previous,
                                       BlockMeta& meta, const Block& b, std::vector<BlockKey>& pinned);
-  // Writes a present block into the persist tier again. False: that tier refused it as full.
-  Result<bool> Repersist(const BlockPut& p, std::size_t i, const BlockMeta& meta);
-  // Writes a new block (into the persist tier first with write-through) and records where it
-  // went, pinned. False: refused (forgotten again); an error only when nothing of the chain
-  // is stored yet (`so_far`) or the persist tier failed.
-  Result<bool> StoreNew(const BlockPut& p, std::size_t i, const BlockMeta& meta, const Block& b,
-                        const PutResult& so_far, std::vector<BlockKey>& pinned);
+  // A block of a Put written (or refused) by its tiers, its outcome not yet recorded.
+  struct PutWrite {
+    std::size_t i = 0;  // its place in the chain
+    PutAction action = PutAction::kNew;  // kNew or kRepersist
+    BlockMeta meta;
+    Status persisted = Status::Ok();  // the persist tier's write, with write-through
+    Result<int> placed = -1;          // the tier Place chose (kNew), -1: none admitted it
+    // The bytes the tiers got: a private copy where two tiers (or a publish) read them.
+    std::shared_ptr<AlignedBufferPool::Buffer> copy;
+    std::span<const std::byte> payload;
+  };
+  // Writes chain[i] (`p`, indexed as `action`: kNew or kRepersist) into its tiers, `mu_`
+  // released. An error only when its private copy cannot be allocated (then it is forgotten).
+  Result<PutWrite> WriteForPut(const BlockPut& p, std::size_t i, PutAction action, const BlockMeta& meta,
+                               const Block& b);
+  // Records where a written block went, pinned, or forgets a new one no tier took. False:
+  // refused; an error only when nothing of the chain is stored yet (`so_far`) or the persist
+  // tier failed.
+  Result<bool> RecordPutWriteLocked(const BlockPut& p, const PutWrite& w, const PutResult& so_far,
+                                    std::vector<BlockKey>& pinned);
+  // Publishes a new block the put stored into the shared tier (in the background when the
+  // options say so).
+  void PublishPutWrite(const BlockPut& p, const PutWrite& w);
 
   // --- Sharing a tier with other nodes (store_shared.cc, docs/cluster.md) ----------------
   // Sets `networked` and shared_tier: at most one tier may be shared, and not in a

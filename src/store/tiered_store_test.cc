@@ -147,6 +147,25 @@ TEST(TieredStore, GetsLeaveTheirHitsToTheNextWriterAndNeverTakeTheLockExclusivel
   EXPECT_EQ(after_1200.tiers[0].hits, after_100.tiers[0].hits + 4400);
 }
 
+// A put records each block's write in the section that indexes the next block, and pins,
+// counts and unpins in one last section: n + 1 exclusive sections for n blocks, where
+// recording and indexing apart took 2n + 2.
+TEST(TieredStore, APutOfNBlocksTakesTheLockExclusivelyNPlusOneTimes) {
+  StoreOptions options;
+  options.synchronous_moves = true;
+  auto store = TwoTierStore(8u << 20, 8u << 20, options);
+  ASSERT_NE(store, nullptr);
+  const StoreStats before = store->GetStats();
+  PutChain(*store, 1, 4);
+  const StoreStats new_chain = store->GetStats();
+  EXPECT_EQ(new_chain.metadata_lock.exclusive_acquisitions, before.metadata_lock.exclusive_acquisitions + 5);
+  PutChain(*store, 1, 4);  // present: each block touched and pinned in its section, nothing written
+  const StoreStats present_chain = store->GetStats();
+  EXPECT_EQ(present_chain.metadata_lock.exclusive_acquisitions, new_chain.metadata_lock.exclusive_acquisitions + 5);
+  EXPECT_EQ(present_chain.puts, before.puts + 2);
+  EXPECT_EQ(GetChain(*store, 1, 4), 4u);
+}
+
 TEST(TieredStore, ADeferredHitCountsBeforeTheNextVictimIsChosen) {
   auto store = TwoTierStore(8 * kBlockBytes, 64 * kBlockBytes, SynchronousLru());
   ASSERT_NE(store, nullptr);
