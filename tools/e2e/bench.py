@@ -45,11 +45,17 @@ MOONCAKE_PEERS = os.environ.get("KVTIER_E2E_MOONCAKE", "/work/e2e-peers-mooncake
 class _Stats:
     """A vLLM stat logger that sums the local and the connector's prefix-cache counters."""
     totals = {"local_queries": 0, "local_hits": 0, "ext_queries": 0, "ext_hits": 0, "preempted": 0}
+    # request id -> (seconds queued before its first step, seconds from then to its first token)
+    phases: dict = {}
 
     def __init__(self, vllm_config, engine_index=0):
         pass
 
     def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
+        for f in getattr(iteration_stats, "finished_requests", None) or []:
+            rid = getattr(f, "request_id", None)
+            if rid is not None:
+                _Stats.phases[rid] = (round(f.queued_time, 4), round(f.prefill_time, 4))
         if scheduler_stats is None:
             return
         t = _Stats.totals
@@ -127,8 +133,9 @@ def run_engine(spec_path: str) -> int:
     async def session(si: int, s: dict) -> None:
         await asyncio.sleep(max(0.0, s["start_s"] - (time.perf_counter() - t_start)))
         for k, turn in enumerate(s["turns"]):
-            rec = {"event": "request", "session": s["name"], "turn": k, "prompt_tokens": len(turn["prompt"])}
-            await one(f"s{si}t{k}", turn["prompt"], rec)
+            rid = f"s{si}t{k}"
+            rec = {"event": "request", "rid": rid, "session": s["name"], "turn": k, "prompt_tokens": len(turn["prompt"])}
+            await one(rid, turn["prompt"], rec)
             _emit(rec)
             await asyncio.sleep(turn["think_s"])
 
@@ -146,6 +153,7 @@ def run_engine(spec_path: str) -> int:
         wall = time.perf_counter() - t_start
         tot = {k: _Stats.totals[k] - base[k] for k in base}
         _emit({"event": "done", "wall_s": round(wall, 3), **tot})
+        _emit({"event": "phases", "by_request": _Stats.phases})
         if spec["hit_probe_len"]:
             try:
                 await hit_probe(spec["hit_probe_len"])
@@ -376,6 +384,13 @@ def run_system(system: str, rep: int, sessions: list, a: argparse.Namespace, out
     run["seconds"] = round(time.time() - t0, 1)
     run["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
     reqs = [r for r in res if r["event"] == "request"]
+    # vLLM's own split of each TTFT: queued (waiting to be scheduled) and prefill (from its
+    # first step to its first token, chunks and preemptions included); absent where vLLM's
+    # stats do not name the request.
+    phases = next((r["by_request"] for r in res if r["event"] == "phases"), {})
+    for r in reqs:
+        if r.get("rid") in phases:
+            r["queued_s"], r["prefill_s"] = phases[r["rid"]]
     run["warmup_ttft_s"] = [r.get("ttft_s") for r in res if r["event"] == "warmup"]
     done = next((r for r in res if r["event"] == "done"), None)
     init = next((r for r in res if r["event"] == "engine_init"), None)

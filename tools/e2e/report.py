@@ -55,6 +55,22 @@ def main(outs: list) -> int:
         print(f"| {s} | {len(ok)} of {len(rs)} | {len(t)} | {pct(t, 50):.2f} | {pct(t, 99):.2f} | {statistics.mean(t):.2f} | "
               f"{pct(later, 50):.2f} | {statistics.mean(rps):.3f} | {j(ext)} of {total} | {j(loc)} | "
               f"{j(rss) if rss else '-'} | {j(r['warmup_ttft_s'][-1] for r in ok)} |")
+    split = [q for q in reqs if "queued_s" in q]
+    if split:
+        # Where each TTFT went: waiting for the scheduler (behind other requests) or from the
+        # request's first step to its first token (its prefill, its loads, chunks shared with
+        # other requests). Percentiles of each column separately.
+        print()
+        print("| system | turns | requests | TTFT P50 / P90 (s) | queued P50 / P90 (s) | prefill P50 / P90 (s) |")
+        print("|---|---|---|---|---|---|")
+        for s in systems:
+            for name, pick in (("first", lambda q: q["turn"] == 0), ("later", lambda q: q["turn"] > 0)):
+                qs = [q for q in split if q["system"] == s and pick(q)]
+                if not qs:
+                    continue
+                cols = [[q[k] for q in qs] for k in ("ttft_s", "queued_s", "prefill_s")]
+                cells = " | ".join(f"{pct(c, 50):.2f} / {pct(c, 90):.2f}" for c in cols)
+                print(f"| {s} | {name} | {len(qs)} | {cells} |")
     # A probe whose reset failed hit vLLM's own cache: not a load from the external one.
     probed = [r for r in runs if r.get("hit_probe") and r["hit_probe"].get("reset")]
     if probed:
