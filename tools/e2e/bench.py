@@ -45,7 +45,8 @@ MOONCAKE_PEERS = os.environ.get("KVTIER_E2E_MOONCAKE", "/work/e2e-peers-mooncake
 class _Stats:
     """A vLLM stat logger that sums the local and the connector's prefix-cache counters."""
     totals = {"local_queries": 0, "local_hits": 0, "ext_queries": 0, "ext_hits": 0, "preempted": 0}
-    # request id -> (seconds queued before its first step, seconds from then to its first token)
+    # request id -> (seconds queued before its first step, seconds from then to its first
+    # token, times it was preempted)
     phases: dict = {}
 
     def __init__(self, vllm_config, engine_index=0):
@@ -55,7 +56,8 @@ class _Stats:
         for f in getattr(iteration_stats, "finished_requests", None) or []:
             rid = getattr(f, "request_id", None)
             if rid is not None:
-                _Stats.phases[rid] = (round(f.queued_time, 4), round(f.prefill_time, 4))
+                _Stats.phases[rid] = (round(f.queued_time, 4), round(f.prefill_time, 4),
+                                      getattr(f, "num_preemptions", None))
         if scheduler_stats is None:
             return
         t = _Stats.totals
@@ -390,7 +392,7 @@ def run_system(system: str, rep: int, sessions: list, a: argparse.Namespace, out
     phases = next((r["by_request"] for r in res if r["event"] == "phases"), {})
     for r in reqs:
         if r.get("rid") in phases:
-            r["queued_s"], r["prefill_s"] = phases[r["rid"]]
+            r["queued_s"], r["prefill_s"], r["preemptions"] = phases[r["rid"]]
     run["warmup_ttft_s"] = [r.get("ttft_s") for r in res if r["event"] == "warmup"]
     done = next((r for r in res if r["event"] == "done"), None)
     init = next((r for r in res if r["event"] == "engine_init"), None)

@@ -57,18 +57,22 @@ def main(outs: list) -> int:
               f"{j(rss) if rss else '-'} | {j(r['warmup_ttft_s'][-1] for r in ok)} |")
     split = [q for q in reqs if "queued_s" in q]
     if split:
-        # Where each TTFT went: waiting for the scheduler (behind other requests) or from the
-        # request's first step to its first token (its prefill, its loads, chunks shared with
-        # other requests). Percentiles of each column separately.
+        # Where each TTFT went: before the engine's scheduler saw the request (it arrived
+        # during a step, which runs to its end first), queued in the scheduler (behind other
+        # requests), and from its first step to its first token (its prefill and loads, chunks
+        # shared with other requests). Percentiles of each column separately.
+        for q in split:
+            q["unseen_s"] = max(0.0, q["ttft_s"] - q["queued_s"] - q["prefill_s"])
         print()
-        print("| system | turns | requests | TTFT P50 / P90 (s) | queued P50 / P90 (s) | prefill P50 / P90 (s) |")
-        print("|---|---|---|---|---|---|")
+        print("| system | turns | requests | TTFT P50 / P90 (s) | before the scheduler P50 / P90 (s) | "
+              "queued P50 / P90 (s) | prefill P50 / P90 (s) |")
+        print("|---|---|---|---|---|---|---|")
         for s in systems:
             for name, pick in (("first", lambda q: q["turn"] == 0), ("later", lambda q: q["turn"] > 0)):
                 qs = [q for q in split if q["system"] == s and pick(q)]
                 if not qs:
                     continue
-                cols = [[q[k] for q in qs] for k in ("ttft_s", "queued_s", "prefill_s")]
+                cols = [[q[k] for q in qs] for k in ("ttft_s", "unseen_s", "queued_s", "prefill_s")]
                 cells = " | ".join(f"{pct(c, 50):.2f} / {pct(c, 90):.2f}" for c in cols)
                 print(f"| {s} | {name} | {len(qs)} | {cells} |")
     # A probe whose reset failed hit vLLM's own cache: not a load from the external one.
