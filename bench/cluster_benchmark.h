@@ -9,9 +9,13 @@
 //     request: the first lookup of a chain on a node reads its cards from the pool. Latency
 //     p50/p99 per request; found_ratio = blocks found / blocks put.
 //  3. get: `clients` threads, spread round-robin over the other nodes (one connection each),
-//     read every chain `passes` times, one chain per request, and compare every byte with
-//     what was put (a wrong byte or size is a byte error; the comparison is inside the clock,
-//     as the baseline copies each value out). get_gbps = payload bytes read / wall seconds.
+//     read every chain `passes` times, one chain per request, checked as any client checks
+//     them: each block against the checksum its node sent (the client library's end-to-end
+//     check; a mismatch is a byte error) and its size. get_gbps = payload bytes read / wall
+//     seconds. Then, off that clock, the same threads read every chain once more and compare
+//     every byte with what was put (`get.checked_pass`, with its own GB/s; its byte errors
+//     count in byte_errors): a reference copy to compare against is the benchmark's, which
+//     neither a serving client nor the baseline has.
 //  4. baseline: `redis-benchmark --cluster -t get` from this process's network namespace with
 //     the same value size and `clients` connections, `-P pipeline` each (the command is in the
 //     JSON). redis-benchmark rather than bench/redis_baseline.cc's hiredis loop because the

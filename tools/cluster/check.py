@@ -280,9 +280,10 @@ def failures(report):
         if name != "node_kill" and r["hits_after_fault"] == 0:
             bad.append(f"{name}: hits never came back")
     b = report["bench"]
-    if b["found_ratio"] < 1.0 or b["byte_errors"] or b["get"]["failed_requests"] or b["failover_errors"]:
+    failed_gets = b["get"]["failed_requests"] + b["get"]["checked_pass"]["failed_requests"]
+    if b["found_ratio"] < 1.0 or b["byte_errors"] or failed_gets or b["failover_errors"]:
         bad.append(f"bench: found {b['found_ratio']:.3f}, {b['byte_errors']} wrong blocks, "
-                   f"{b['get']['failed_requests']} failed gets, {b['failover_errors']} failover errors")
+                   f"{failed_gets} failed gets, {b['failover_errors']} failover errors")
     if not report["node_kill"]["restarted_serves"]:
         bad.append("node_kill: the restarted node does not serve")
     return bad
@@ -298,7 +299,8 @@ def measure(args):
                 tcp_nodes = range(len(topo.nodes)) if transport == "tcp" else ()
                 r = bench(topo, tcp_nodes=tcp_nodes, chains=args.bench_chains, passes=args.passes, failover=False)
             runs.append({"rep": rep, "transport": transport, **{k: r.get(k) for k in (
-                "found_ratio", "byte_errors", "get_gbps", "baseline_gbps", "ratio", "lookup_p50_us", "lookup_p99_us")}})
+                "found_ratio", "byte_errors", "get_gbps", "baseline_gbps", "ratio", "lookup_p50_us", "lookup_p99_us")},
+                         "checked_pass_gbps": r["get"]["checked_pass"]["gbps"]})
     print(json.dumps({"load_average": os.getloadavg(), "runs": runs}, indent=2))
     return 1 if any(r["found_ratio"] < 1.0 or r["byte_errors"] for r in runs) else 0
 
