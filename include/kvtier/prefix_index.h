@@ -63,7 +63,9 @@ struct BlockInfo {
 };
 
 struct PrefixIndexOptions {
-  std::size_t expected_blocks = 1 << 16;  // Default: 65536; the table grows past it
+  // Default: 65536. The table and the nodes for them are allocated (and faulted in) at
+  // construction; both grow past it, under the index's lock.
+  std::size_t expected_blocks = 1 << 16;
   Status Validate() const;
 };
 

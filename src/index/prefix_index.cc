@@ -72,9 +72,17 @@ struct PrefixIndex::Node {
 };
 
 // Nodes in fixed chunks, so that their addresses never move (they hold atomics) and a node
-// id is 32 bits.
+// id is 32 bits. The chunks for the blocks the index expects are allocated up front: a
+// chunk's first touch faults in two huge pages, which the kernel may first have to compact
+// (tens of milliseconds, measured on the first lookup of a node reading a shared pool), and
+// Allocate runs under the store's exclusive lock. Past the expected blocks a chunk is still
+// added on demand, under that lock.
 class PrefixIndex::NodeArena {
  public:
+  explicit NodeArena(std::size_t expected_blocks) {
+    for (std::size_t n = 0; n < expected_blocks; n += kChunkSize) chunks_.emplace_back(kChunkSize);
+  }
+
   Node& at(uint32_t id) { return chunks_[id >> kChunkBits][id & (kChunkSize - 1)]; }
   const Node& at(uint32_t id) const { return chunks_[id >> kChunkBits][id & (kChunkSize - 1)]; }
 
@@ -153,7 +161,9 @@ std::unique_ptr<PrefixIndex::SlotArray> PrefixIndex::NewSlots(std::size_t count)
 }
 
 PrefixIndex::PrefixIndex(PrefixIndexOptions options)
-    : arena_(std::make_unique<NodeArena>()), leaf_head_(kNoNode), leaf_tail_(kNoNode) {
+    : arena_(std::make_unique<NodeArena>(std::min<std::size_t>(options.expected_blocks, std::size_t{1} << 31))),
+      leaf_head_(kNoNode),
+      leaf_tail_(kNoNode) {
   // Room for expected_blocks at a load of 0.7, below the 0.75 that triggers growth.
   slots_ = NewSlots(std::max<std::size_t>(16, std::min<std::size_t>(options.expected_blocks, std::size_t{1} << 31) * 10 / 7 + 1));
 }
