@@ -105,6 +105,10 @@ struct StoreOptions {
   bool prefetch = true;              // Default: true (RoPE-aware, adaptive window)
   PrefetchWindowOptions prefetch_window;  // Default: prefetch_window.h's
   int mover_threads = 2;             // Default: 2
+  // Blocks the prefix index is sized for: its table and nodes are allocated at Open. Past it
+  // they grow on demand, under the metadata lock (a pause of milliseconds per step for large
+  // indexes): set it to the blocks the tiers hold when full. Default: 65,536; at most 2^31.
+  std::size_t expected_blocks = std::size_t{1} << 16;
   std::size_t max_queued_moves = 1024;  // Default: 1024 moves waiting, then producers wait
   bool synchronous_moves = false;    // Default: false (trace replay sets it: deterministic)
   // With a shared tier (Tier::shared): publish a put there in the background, on the movers

@@ -255,6 +255,7 @@ TEST(ServeConfig, MistakesAreNamed) {
       {tiers + "limits:\n  max_workers: 5000\n", "'max_workers' must be an integer from 0 to 4096"},
       {tiers + "limits:\n  event_loops: 300\n", "'event_loops' must be an integer from 0 to 256"},
       {tiers + "store:\n  promotion: sometimes\n", "'sometimes' is not adaptive or always"},
+      {tiers + "store:\n  expected_blocks: 0\n", "'expected_blocks' must be an integer from 1 to 2147483648"},
       {tiers + "model:\n  name: no-such-model\n", "model.name"},
       {"tiers: [\n", "not valid YAML"},
   };
@@ -271,9 +272,11 @@ TEST(ServeConfig, MistakesAreNamed) {
   EXPECT_EQ(ok->server.max_connections, 4096u);
   EXPECT_EQ(ok->server.event_loops, 0u) << "one per four hardware threads";
   EXPECT_TRUE(ok->store.promotion_gate.adaptive);
-  ok = ParseServeConfig(tiers + "store:\n  persistence: none\n  promotion: always\n", "t");
+  EXPECT_EQ(ok->store.expected_blocks, 65536u);
+  ok = ParseServeConfig(tiers + "store:\n  persistence: none\n  promotion: always\n  expected_blocks: 1000000\n", "t");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_FALSE(ok->store.promotion_gate.adaptive);
+  EXPECT_EQ(ok->store.expected_blocks, 1'000'000u);
   ok = ParseServeConfig(tiers + "store:\n  persistence: none\nlimits:\n  workers: 6\n  event_loops: 3\n", "t");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->server.workers, 6u);

@@ -27,7 +27,7 @@ Status ParseStore(const YAML::Node& node, const std::string& where, ServeConfig&
   const YamlMap m(node, where);
   KVTIER_RETURN_IF_ERROR(m.CheckKeys({"policy", "high_watermark", "low_watermark", "mover_threads", "prefetch",
                                       "promotion", "persistence", "persist_tier", "journal", "persist_sync",
-                                      "publish"}));
+                                      "publish", "expected_blocks"}));
   if (m.Has("policy")) {
     KVTIER_ASSIGN_OR_RETURN(std::string name, m.String("policy"));
     Result<PolicyKind> policy = ParsePolicyKind(name);
@@ -42,6 +42,10 @@ Status ParseStore(const YAML::Node& node, const std::string& where, ServeConfig&
   }
   if (m.Has("mover_threads")) {
     KVTIER_ASSIGN_OR_RETURN(c.store.mover_threads, m.SmallInt("mover_threads", 1, 64));
+  }
+  if (m.Has("expected_blocks")) {
+    KVTIER_ASSIGN_OR_RETURN(const int64_t blocks, m.Int("expected_blocks", 1, int64_t{1} << 31));
+    c.store.expected_blocks = static_cast<std::size_t>(blocks);
   }
   if (m.Has("prefetch")) {
     KVTIER_ASSIGN_OR_RETURN(c.store.prefetch, m.Bool("prefetch"));

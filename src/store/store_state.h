@@ -67,6 +67,8 @@
 namespace kvtier {
 
 struct TieredStore::Impl {
+  explicit Impl(PrefixIndexOptions index_options) : index(index_options) {}
+
   struct Block {
     uint32_t tokens = 0;
     uint64_t tokens_before = 0;  // in the chain before this block (its attention context)

@@ -22,6 +22,9 @@ Status StoreOptions::Validate() const {
   KVTIER_RETURN_IF_ERROR(promotion_gate.Validate().WithContext("store"));
   for (const TierCost& cost : tier_costs) KVTIER_RETURN_IF_ERROR(cost.Validate().WithContext("store: tier_costs"));
   if (mover_threads < 1 || mover_threads > 256) return Status::InvalidArgument("store: mover_threads must be 1 to 256");
+  if (expected_blocks < 1 || expected_blocks > (std::size_t{1} << 31)) {
+    return Status::InvalidArgument("store: expected_blocks must be 1 to 2^31");
+  }
   if (max_queued_moves < 1) return Status::InvalidArgument("store: max_queued_moves must be at least 1");
   if (!(recompute_seconds_per_token >= 0)) {
     return Status::InvalidArgument("store: recompute_seconds_per_token must be >= 0");
@@ -49,7 +52,7 @@ Result<std::unique_ptr<TieredStore>> TieredStore::Open(std::vector<std::unique_p
     return Status::InvalidArgument("store: needs 1 to " + std::to_string(kMaxTiers) + " tiers, got " +
                                    std::to_string(tiers.size()));
   }
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_unique<Impl>(PrefixIndexOptions{.expected_blocks = options.expected_blocks});
   KVTIER_ASSIGN_OR_RETURN(impl->predictor, ReusePredictor::Create(options.predictor));
   if (options.clock) {
     impl->clock = options.clock;
