@@ -2,6 +2,7 @@
 // the work forward to the parts of TieredStore::Impl (store_state.h lists them).
 #include <bit>
 #include <chrono>
+#include <new>
 
 
 #include "store/store_state.h"
@@ -52,7 +53,14 @@ Result<std::unique_ptr<TieredStore>> TieredStore::Open(std::vector<std::unique_p
     return Status::InvalidArgument("store: needs 1 to " + std::to_string(kMaxTiers) + " tiers, got " +
                                    std::to_string(tiers.size()));
   }
-  auto impl = std::make_unique<Impl>(PrefixIndexOptions{.expected_blocks = options.expected_blocks});
+  std::unique_ptr<Impl> impl;
+  try {
+    impl = std::make_unique<Impl>(PrefixIndexOptions{.expected_blocks = options.expected_blocks});
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted("store: no memory for an index of expected_blocks " +
+                                     std::to_string(options.expected_blocks) +
+                                     " (about 90 bytes each, allocated at Open); give a smaller expected_blocks");
+  }
   KVTIER_ASSIGN_OR_RETURN(impl->predictor, ReusePredictor::Create(options.predictor));
   if (options.clock) {
     impl->clock = options.clock;
