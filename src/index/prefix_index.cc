@@ -160,12 +160,11 @@ std::unique_ptr<PrefixIndex::SlotArray> PrefixIndex::NewSlots(std::size_t count)
   return slots;
 }
 
-PrefixIndex::PrefixIndex(PrefixIndexOptions options)
-    : arena_(std::make_unique<NodeArena>(std::min<std::size_t>(options.expected_blocks, std::size_t{1} << 31))),
-      leaf_head_(kNoNode),
-      leaf_tail_(kNoNode) {
+PrefixIndex::PrefixIndex(PrefixIndexOptions options) : leaf_head_(kNoNode), leaf_tail_(kNoNode) {
+  const std::size_t expected = std::min<std::size_t>(options.expected_blocks, std::size_t{1} << 31);
+  arena_ = std::make_unique<NodeArena>(expected);
   // Room for expected_blocks at a load of 0.7, below the 0.75 that triggers growth.
-  slots_ = NewSlots(std::max<std::size_t>(16, std::min<std::size_t>(options.expected_blocks, std::size_t{1} << 31) * 10 / 7 + 1));
+  slots_ = NewSlots(std::max<std::size_t>(16, expected * 10 / 7 + 1));
 }
 
 PrefixIndex::~PrefixIndex() = default;

@@ -23,9 +23,8 @@ Status StoreOptions::Validate() const {
   KVTIER_RETURN_IF_ERROR(promotion_gate.Validate().WithContext("store"));
   for (const TierCost& cost : tier_costs) KVTIER_RETURN_IF_ERROR(cost.Validate().WithContext("store: tier_costs"));
   if (mover_threads < 1 || mover_threads > 256) return Status::InvalidArgument("store: mover_threads must be 1 to 256");
-  if (expected_blocks < 1 || expected_blocks > (std::size_t{1} << 31)) {
-    return Status::InvalidArgument("store: expected_blocks must be 1 to 2^31");
-  }
+  if (expected_blocks < 1) return Status::InvalidArgument("store: expected_blocks must be at least 1");
+  KVTIER_RETURN_IF_ERROR(PrefixIndexOptions{.expected_blocks = expected_blocks}.Validate().WithContext("store"));
   if (max_queued_moves < 1) return Status::InvalidArgument("store: max_queued_moves must be at least 1");
   if (!(recompute_seconds_per_token >= 0)) {
     return Status::InvalidArgument("store: recompute_seconds_per_token must be >= 0");
