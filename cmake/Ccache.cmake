@@ -7,6 +7,8 @@
 #   $KVTIER_CACHE_DIR/ccache, else ${XDG_CACHE_HOME:-$HOME/.cache}/kvtier/ccache.
 # Paths under the source and build folders are hashed relative to them (base_dir) and the
 # working directory is not hashed, so two clones at different paths share their entries.
+# The sloppiness is what a compile using a precompiled header needs to be cached
+# (cmake/PrecompiledHeaders.cmake; ccache's manual, "Precompiled headers").
 set(KVTIER_CCACHE "AUTO" CACHE STRING "Compile through ccache: AUTO, ON or OFF")
 set_property(CACHE KVTIER_CCACHE PROPERTY STRINGS AUTO ON OFF)
 
@@ -46,7 +48,8 @@ if(NOT KVTIER_CCACHE STREQUAL "OFF")
     # and for IDEs alike, whatever the caller's environment says.
     set(_kvtier_launcher ${CMAKE_COMMAND} -E env
         "CCACHE_DIR=${KVTIER_CCACHE_DIR}" "CCACHE_BASEDIR=${PROJECT_SOURCE_DIR}" CCACHE_NOHASHDIR=1
-        CCACHE_MAXSIZE=5G ${KVTIER_CCACHE_PROGRAM})
+        CCACHE_MAXSIZE=5G CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+        ${KVTIER_CCACHE_PROGRAM})
     set(CMAKE_C_COMPILER_LAUNCHER ${_kvtier_launcher})
     set(CMAKE_CXX_COMPILER_LAUNCHER ${_kvtier_launcher})
     set(CMAKE_CUDA_COMPILER_LAUNCHER ${_kvtier_launcher})
