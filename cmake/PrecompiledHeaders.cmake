@@ -1,17 +1,40 @@
 # Precompiled headers: the standard library and third-party headers that most of a target's
 # files include are parsed once per target, not once per file. A fresh machine compiles the
-# project six times in CI (release, ASan, TSan, plain, wheel, fuzz); without them most of each
-# compile is reparsing these headers (docs/CONTRIBUTING.md, "CI on a fresh machine", has the measurement).
+# project six times in CI; reparsing these headers is from a twentieth (a large test file) to
+# half (a small file) of a file's compile time (docs/CONTRIBUTING.md, "CI on a fresh
+# machine", has the measurement).
+#
+# KVTIER_PRECOMPILE_HEADERS: ON, OFF, or AUTO (the default): on, except for GCC before 13
+# with optimisation. GCC 12 does not carry libstdc++'s diagnostic state into a precompiled
+# header, so its known false -Warray-bounds, -Wstringop-overflow and -Wrestrict in std::string
+# (silent for a system header otherwise) reach files that build a string with operator+, and
+# warnings are errors. Unoptimised builds (the asan preset) and clang (the fuzz preset) do not
+# have them. CMake's own CMAKE_DISABLE_PRECOMPILE_HEADERS=ON also turns them off.
 #
 # kvtier_precompile_headers(<target> [GTEST] [JSON] [CLI11]): the standard headers below, plus
 # GoogleTest, nlohmann-json or CLI11 for targets whose files mostly include them.
 # A header in a target's set is visible to all its files, so a file that forgets to include
-# one it uses still compiles here; CMake's own switch CMAKE_DISABLE_PRECOMPILE_HEADERS=ON
-# builds without them, and CI's plain build does, so such a file fails there.
+# one it uses still compiles with them; the release and tsan presets build without them (GCC
+# 12), and so does CI's plain build on any compiler, so such a file fails there.
 #
 # ccache: a compile that uses a precompiled header is cached only with the sloppiness that
 # cmake/Ccache.cmake sets (pch_defines, time_macros, include_file_mtime, include_file_ctime);
 # the header itself is hashed, so a changed set misses as it should.
+set(KVTIER_PRECOMPILE_HEADERS "AUTO" CACHE STRING "Precompiled headers: AUTO, ON or OFF")
+set_property(CACHE KVTIER_PRECOMPILE_HEADERS PROPERTY STRINGS AUTO ON OFF)
+if(KVTIER_PRECOMPILE_HEADERS STREQUAL "AUTO")
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13
+     AND NOT CMAKE_BUILD_TYPE STREQUAL "Debug")
+    set(_kvtier_use_pch OFF)
+  else()
+    set(_kvtier_use_pch ON)
+  endif()
+elseif(KVTIER_PRECOMPILE_HEADERS)
+  set(_kvtier_use_pch ON)
+else()
+  set(_kvtier_use_pch OFF)
+endif()
+
 set(KVTIER_PCH_STANDARD_HEADERS
     <algorithm> <array> <atomic> <chrono> <cstddef> <cstdint> <cstring> <functional> <map>
     <memory> <mutex> <optional> <span> <string> <string_view> <thread> <unordered_map>
@@ -19,6 +42,9 @@ set(KVTIER_PCH_STANDARD_HEADERS
 
 function(kvtier_precompile_headers target)
   cmake_parse_arguments(PARSE_ARGV 1 arg "GTEST;JSON;CLI11" "" "")
+  if(NOT _kvtier_use_pch)
+    return()
+  endif()
   set(headers ${KVTIER_PCH_STANDARD_HEADERS})
   if(arg_GTEST)
     list(APPEND headers <gtest/gtest.h>)
@@ -30,11 +56,4 @@ function(kvtier_precompile_headers target)
     list(APPEND headers <CLI/CLI.hpp>)
   endif()
   target_precompile_headers(${target} PRIVATE ${headers})
-  # GCC 12, with libstdc++ precompiled, reports std::string's known false -Warray-bounds when
-  # optimising (a string built with operator+ in our code; without the precompiled header it
-  # stays silent, as for any system header). Bounds are still checked by
-  # clang in the fuzz preset and by ASan at run time.
-  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
-    target_compile_options(${target} PRIVATE -Wno-array-bounds)
-  endif()
 endfunction()
