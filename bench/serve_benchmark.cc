@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <random>
@@ -360,26 +359,11 @@ Summary Summarize(PhaseResult& r) {
   return s;
 }
 
-// Resident bytes of process `pid` (VmRSS), 0 when unreadable.
-uint64_t ResidentBytes(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
-  }
-  return 0;
-}
-
-// With the DRAM tier's prefault on, waits (up to 60 s) until `pid` holds the whole tier
-// resident, so that a phase measures puts into a prefaulted tier, not puts racing the
-// background pass; the seconds waited, reported beside the phase.
+// With the DRAM tier's prefault on, waits until `pid` holds the whole tier resident, so that a
+// phase measures puts into a prefaulted tier, not puts racing the background pass; the
+// seconds waited, reported beside the phase.
 double WaitForPrefault(const ServeBenchmarkOptions& o, bool prefault, pid_t pid) {
-  if (!prefault) return 0;
-  const auto start = Clock::now();
-  const uint64_t tier_bytes = o.dram_mib << 20;
-  while (ResidentBytes(pid) < tier_bytes && Clock::now() - start < std::chrono::seconds(60)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return std::chrono::duration<double>(Clock::now() - start).count();
+  return prefault ? WaitUntilResident(pid, o.dram_mib << 20) : 0;
 }
 
 std::size_t BufferBytes(const ServeBenchmarkOptions& o) {

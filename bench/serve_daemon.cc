@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -207,6 +208,21 @@ Result<MetricsSample> ServeDaemon::Metrics(const std::string& op) const {
   m.lock.exclusive_waits = static_cast<uint64_t>(exclusive_waits);
   m.lock.shared_waits = static_cast<uint64_t>(shared_waits);
   return m;
+}
+
+double WaitUntilResident(pid_t pid, uint64_t bytes) {
+  const auto resident = [pid] {
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+    }
+    return 0ull;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  while (resident() < bytes && std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace kvtier::bench

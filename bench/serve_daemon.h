@@ -36,6 +36,11 @@ struct ServeDaemonOptions {
 // The daemon's YAML for `options` (also what the in-process baseline parses).
 std::string ServeDaemonConfigYaml(const ServeDaemonOptions& options);
 
+// Waits (up to 60 s) until process `pid` holds `bytes` resident (VmRSS): how a phase waits for
+// a DRAM tier's background prefault (region_prefaulter.h) to end before it measures, so that
+// the pass neither takes the measured process's CPU nor races its puts. The seconds waited.
+double WaitUntilResident(pid_t pid, uint64_t bytes);
+
 // Mean server-side time of one op, from the daemon's /metrics (kvtier_request_duration_seconds).
 struct RequestTimeSample {
   double sum_seconds = 0;
