@@ -5,12 +5,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <numeric>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 extern char** environ;
 
@@ -210,15 +212,25 @@ TEST(BlockHasher, OptionsAreValidated) {
 }
 
 TEST(PayloadChecksum, CopyWithChecksumEqualsCopyThenChecksum) {
-  // Around xxh3's short-input limit (240), its 1 KiB blocks and the 4 KiB copy chunks.
-  for (std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{240}, std::size_t{241}, std::size_t{1024},
-                           std::size_t{1025}, std::size_t{4095}, std::size_t{4096}, std::size_t{4097}, std::size_t{5121},
-                           std::size_t{32768}, std::size_t{100001}, std::size_t{1} << 20, (std::size_t{1} << 20) + 63}) {
-    std::vector<std::byte> src(size);
-    for (std::size_t i = 0; i < size; ++i) src[i] = static_cast<std::byte>((i * 7919) >> 3);
-    std::vector<std::byte> dst(size + 8, std::byte{0});
-    EXPECT_EQ(CopyWithChecksum(dst, src), PayloadChecksum(src)) << size;
-    EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin())) << size;
+  // Around xxh3's short-input limit (240), its 64-byte stripes, its 1 KiB blocks and the
+  // portable kernel's 4 KiB copy chunks; from aligned and unaligned sources into unaligned
+  // destinations, whose bytes past the copy must stay as they were.
+  for (std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{240}, std::size_t{241}, std::size_t{1023},
+                           std::size_t{1024}, std::size_t{1025}, std::size_t{1087}, std::size_t{2049}, std::size_t{4095},
+                           std::size_t{4096}, std::size_t{4097}, std::size_t{5121}, std::size_t{32768}, std::size_t{100001},
+                           std::size_t{1} << 20, (std::size_t{1} << 20) + 63}) {
+    for (std::size_t offset : {std::size_t{0}, std::size_t{3}}) {
+      std::vector<std::byte> buffer(size + offset);
+      for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<std::byte>((i * 7919) >> 3);
+      const std::span<const std::byte> src = std::span<const std::byte>(buffer).subspan(offset);
+      std::vector<std::byte> dst(size + 9, std::byte{0x5a});
+      EXPECT_EQ(CopyWithChecksum(std::span(dst).subspan(1, size), src), XXH3_64bits(src.data(), size)) << size;
+      EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin() + 1)) << size;
+      EXPECT_EQ(dst[0], std::byte{0x5a}) << size;
+      EXPECT_TRUE(std::all_of(dst.begin() + 1 + static_cast<std::ptrdiff_t>(size), dst.end(),
+                              [](std::byte b) { return b == std::byte{0x5a}; }))
+          << size;
+    }
   }
 }
 
