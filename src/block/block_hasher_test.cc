@@ -255,9 +255,10 @@ TEST(Sha256WithPrefix, EqualsTheDigestOfPrefixAndDataAtEveryBlockBoundary) {
   std::vector<std::byte> bytes(300);
   for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>(i * 131 + 7);
   const std::span<const std::byte> all(bytes);
-  for (const std::size_t prefix : {0u, 1u, 25u, 55u, 56u, 63u, 64u, 65u, 119u, 128u, 200u}) {
+  for (const std::size_t prefix : {0u, 1u, 25u, 39u, 40u, 47u, 48u, 55u, 56u, 63u, 64u, 65u, 103u, 119u, 128u, 200u}) {
     const Sha256WithPrefix hash(all.first(prefix));
-    for (const std::size_t data : {0u, 1u, 16u, 39u, 64u, 100u}) {
+    // Around where what is left, with its 9 bytes of padding, fills the last block (55 bytes).
+    for (const std::size_t data : {0u, 1u, 7u, 8u, 15u, 16u, 17u, 30u, 31u, 39u, 55u, 56u, 64u, 100u}) {
       EXPECT_EQ(hash.Digest(all.subspan(prefix, data)).ToHex(), Sha256Digest(bytes.data(), prefix + data).ToHex())
           << "prefix " << prefix << ", data " << data;
     }

@@ -23,6 +23,23 @@ class Writer {
     Put(key.hi);
     Put(key.lo);
   }
+  // A run of fields written through Store into bytes appended at once: a lookup's 64 keys or
+  // its reply's 128 fields grow the frame once, not once per field.
+  std::byte* Extend(std::size_t n) {
+    const std::size_t at = out_.size();
+    out_.resize(at + n);
+    return out_.data() + at;
+  }
+  template <typename T>
+  static std::byte* Store(std::byte* at, T value) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    std::memcpy(at, &value, sizeof value);
+    return at + sizeof value;
+  }
+  void Keys(std::span<const BlockKey> keys) {
+    std::byte* at = Extend(keys.size() * 16);
+    for (const BlockKey& k : keys) at = Store(Store(at, k.hi), k.lo);
+  }
   void Bytes(std::span<const std::byte> bytes) {
     Put(static_cast<uint32_t>(bytes.size()));
     out_.insert(out_.end(), bytes.begin(), bytes.end());
@@ -97,8 +114,14 @@ class Reader {
     return static_cast<Enum>(v);
   }
   std::vector<BlockKey> Keys(const char* what) {
-    std::vector<BlockKey> keys(Count(what, 16));
-    for (BlockKey& key : keys) key = Key(what);
+    std::vector<BlockKey> keys(Count(what, 16));  // Count checked that they fit in what is left
+    if (keys.empty() || !Take(keys.size() * 16, what)) return keys;
+    const std::byte* at = in_.data() + pos_ - keys.size() * 16;
+    for (BlockKey& key : keys) {
+      std::memcpy(&key.hi, at, 8);
+      std::memcpy(&key.lo, at + 8, 8);
+      at += 16;
+    }
     return keys;
   }
   Status Finish() {
@@ -215,7 +238,7 @@ Status EncodeFrame(const Message& message, uint64_t request_id, MessageType repl
             for (const auto& chain : m.chains) {
               if (checked.ok()) checked = CheckBatch(chain.size(), limits, "a Lookup chain");
               w.Put(static_cast<uint32_t>(chain.size()));
-              for (const BlockKey& k : chain) w.Key(k);
+              w.Keys(chain);
             }
           },
           [&](const Put& m) {
@@ -259,14 +282,14 @@ Status EncodeFrame(const Message& message, uint64_t request_id, MessageType repl
             reply = false;
             checked = CheckBatch(m.keys.size(), limits, "Prefetch");
             w.Put(static_cast<uint32_t>(m.keys.size()));
-            for (const BlockKey& k : m.keys) w.Key(k);
+            w.Keys(m.keys);
           },
           [&](const Pin& m) {
             type = MessageType::kPin;
             reply = false;
             checked = CheckBatch(m.keys.size(), limits, "Pin");
             w.Put(static_cast<uint32_t>(m.keys.size()));
-            for (const BlockKey& k : m.keys) w.Key(k);
+            w.Keys(m.keys);
           },
           [&](const Unpin& m) {
             type = MessageType::kUnpin;
@@ -278,7 +301,7 @@ Status EncodeFrame(const Message& message, uint64_t request_id, MessageType repl
             reply = false;
             checked = CheckBatch(m.keys.size(), limits, "Expect");
             w.Put(static_cast<uint32_t>(m.keys.size()));
-            for (const BlockKey& k : m.keys) w.Key(k);
+            w.Keys(m.keys);
           },
           [&](const Unexpect& m) {
             type = MessageType::kUnexpect;
@@ -325,9 +348,9 @@ Status EncodeFrame(const Message& message, uint64_t request_id, MessageType repl
                 checked = Status::InvalidArgument("protocol: a Lookup reply needs one size per tier entry");
               }
               w.Put(static_cast<uint32_t>(c.tier.size()));
+              std::byte* at = w.Extend(c.tier.size() * (sizeof(uint8_t) + sizeof(uint32_t)));
               for (std::size_t i = 0; i < c.tier.size(); ++i) {
-                w.Put(c.tier[i]);
-                w.Put(i < c.bytes.size() ? c.bytes[i] : 0u);
+                at = Writer::Store(Writer::Store(at, c.tier[i]), i < c.bytes.size() ? c.bytes[i] : 0u);
               }
             }
           },

@@ -158,12 +158,11 @@ Reply Session::Lookup(const protocol::Lookup& m) {
   protocol::LookupReply reply;
   uint64_t blocks = 0;
   for (const auto& chain : m.chains) {
-    const LookupResult found = store_.Lookup(tenant_->Map(chain));
+    LookupResult found = store_.Lookup(tenant_->Map(chain));
     protocol::ChainLookup c{.prefix_blocks = static_cast<uint32_t>(found.prefix_blocks),
                             .load_blocks = static_cast<uint32_t>(found.load_blocks),
-                            .tier = {},
-                            .bytes = found.bytes};
-    for (int t : found.tier) c.tier.push_back(static_cast<uint8_t>(t));
+                            .tier = std::vector<uint8_t>(found.tier.begin(), found.tier.end()),
+                            .bytes = std::move(found.bytes)};
     reply.chains.push_back(std::move(c));
     blocks += chain.size();
   }
