@@ -4,6 +4,7 @@ it, and KVTIER_CLI to the CLI binary)."""
 
 import os
 import pathlib
+import shutil
 
 import pytest
 
@@ -26,6 +27,26 @@ tiers:
     files: [disk/slab.0]
     capacity: {disk}
 """
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call":
+        item.kvtier_passed = report.passed
+
+
+@pytest.fixture(autouse=True)
+def _remove_a_passed_tests_folder(request, tmp_path):
+    """Every store and daemon here preallocates a 256 MiB NVMe slab under tmp_path, and pytest
+    keeps the folders of its last three runs: a machine that ran the suite a few times held
+    57 GB of them, and the next run failed with a full disk. A passed test's folder goes once
+    its other fixtures are torn down (this one is set up before them, so it is torn down after them); a
+    failed test's stays for a look. Asking for tmp_path makes it outlive this fixture."""
+    yield
+    if getattr(request.node, "kvtier_passed", False):
+        shutil.rmtree(tmp_path, ignore_errors=True)
 
 
 @pytest.fixture
