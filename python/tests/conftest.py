@@ -42,8 +42,8 @@ def _remove_a_passed_tests_folder(request, tmp_path):
     """Every store and daemon here preallocates a 256 MiB NVMe slab under tmp_path, and pytest
     keeps the folders of its last three runs: a machine that ran the suite a few times held
     57 GB of them, and the next run failed with a full disk. A passed test's folder goes once
-    its other fixtures are torn down (this one is set up before them, so it is torn down after them); a
-    failed test's stays for a look. Asking for tmp_path makes it outlive this fixture."""
+    its other fixtures are torn down (this one is set up before them, so it is torn down after
+    them); a failed test's stays for a look. Asking for tmp_path makes it outlive this fixture."""
     yield
     if getattr(request.node, "kvtier_passed", False):
         shutil.rmtree(tmp_path, ignore_errors=True)

@@ -1,6 +1,7 @@
 // Compiled with -mavx2 (block/sources.cmake); called only when HaveAvx2() is true.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #define XXH_INLINE_ALL  // xxh3 compiled here, for AVX2, rather than the library's SSE2 build
@@ -76,7 +77,7 @@ uint64_t CopyWithChecksumAvx2(std::byte* dst, const std::byte* src, std::size_t 
     const std::size_t start = b * kBlockBytes;
     for (std::size_t n = 0; n < kStripesPerBlock; ++n) {
       const std::size_t at = start + n * XXH_STRIPE_LEN;
-      __builtin_prefetch(src + at + kPrefetchAhead, 0, 0);  // past the end: a hint, never a fault
+      __builtin_prefetch(src + std::min(at + kPrefetchAhead, size - 1), 0, 0);  // never past the source
       CopyStripe(a, dst + at, src + at, n);
     }
     a.lo = Scramble(a.lo, scramble_key);

@@ -14,10 +14,7 @@ class Writer {
   explicit Writer(std::vector<std::byte>& out) : out_(out) {}
   template <typename T>
   void Put(T value) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    const std::size_t at = out_.size();
-    out_.resize(at + sizeof value);
-    std::memcpy(out_.data() + at, &value, sizeof value);
+    Store(Extend(sizeof value), value);
   }
   void Key(const BlockKey& key) {
     Put(key.hi);
