@@ -2,6 +2,7 @@
 // admits them (with write-through, into the persist tier first); blocks already stored are
 // touched.
 #include <cstring>
+#include <limits>
 #include <memory>
 
 #include "store/store_state.h"
@@ -63,94 +64,151 @@ Result<int> TieredStore::Impl::Place(const BlockKey& key, const BlockMeta& meta,
 Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const std::optional<BlockKey>& parent) {
   KVTIER_RETURN_IF_ERROR(CheckChain(chain, options.metadata_only));
   PutResult result;
-  // The chain's blocks stay pinned until the whole chain is in: room for block i + 1 must not
-  // come from evicting block i. Released by the last section, or here on the way out of an error.
-  struct ChainPins {
+  // The chain's blocks stay pinned until the whole chain is in (room for block i + 1 must
+  // not come from evicting block i), and the blocks indexed for a write are held until it is
+  // recorded. Both are let go by the last section, or here on the way out of an error.
+  struct Progress : PutProgress {
     Impl& s;
-    std::vector<BlockKey> keys;
+    explicit Progress(Impl& store) : s(store) {}
     void ReleaseLocked() {
-      for (const BlockKey& key : keys) {
+      s.ReleaseHeldLocked(*this);
+      for (const BlockKey& key : pinned) {
         auto it = s.blocks.find(key);
         if (it != s.blocks.end() && it->second.pins > 0) --it->second.pins;
         s.RefreshEvictableLocked(key);
       }
-      keys.clear();
+      pinned.clear();
     }
-    ~ChainPins() {
-      if (keys.empty()) return;
+    ~Progress() {
+      if (pinned.empty() && held.empty()) return;
       {
         ExclusiveLock lock(s);
         ReleaseLocked();
       }
       s.KickRebalances();
     }
-  } putting{*this, {}};
-  std::optional<BlockKey> previous = parent;
-  uint64_t tokens_before = 0;
-  if (parent) {
-    std::shared_lock lock(mu_);
-    auto it = blocks.find(*parent);
-    if (it != blocks.end()) tokens_before = it->second.tokens_before + it->second.tokens;
-  }
-  // One exclusive section per block and one to end: each records the previous block's write
-  // and indexes the next block, where recording and indexing apart took two per block.
-  std::optional<PutWrite> written;
-  for (std::size_t i = 0;; ++i) {
-    const bool last = i == chain.size();
-    BlockMeta meta;
-    Block b;
-    if (!last) {
+  } progress{*this};
+  std::vector<BlockMeta> metas(chain.size());
+  std::vector<Block> blocks_to_put(chain.size());
+  {
+    uint64_t tokens_before = 0;
+    if (parent) {
+      std::shared_lock lock(mu_);
+      auto it = blocks.find(*parent);
+      if (it != blocks.end()) tokens_before = it->second.tokens_before + it->second.tokens;
+    }
+    for (std::size_t i = 0; i < chain.size(); ++i) {
       const BlockPut& p = chain[i];
-      meta = {.size_bytes = p.bytes != 0 ? p.bytes : static_cast<uint32_t>(p.payload.size()),
-              .type = p.type,
-              .transition = p.transition};
-      b = {.tokens = p.tokens,
-           .tokens_before = tokens_before,
-           .recompute_s = RecomputeSeconds(p.recompute_seconds, p.tokens, tokens_before)};
+      metas[i] = {.size_bytes = p.bytes != 0 ? p.bytes : static_cast<uint32_t>(p.payload.size()),
+                  .type = p.type,
+                  .transition = p.transition};
+      blocks_to_put[i] = {.tokens = p.tokens,
+                          .tokens_before = tokens_before,
+                          .recompute_s = RecomputeSeconds(p.recompute_seconds, p.tokens, tokens_before)};
       tokens_before += p.tokens;
     }
-    bool publish = false;
-    bool refused = false;
-    PutAction action = PutAction::kWait;
+  }
+  std::optional<BlockKey> previous = parent;
+  std::size_t next = 0;
+  std::vector<PutWrite> written;  // the last batch's writes, recorded by the next section
+  Status failed = Status::Ok();   // ends the put once its writes so far are recorded
+  for (;;) {
+    std::vector<std::pair<std::size_t, PutAction>> batch;
+    bool ended = false;
     {
       ExclusiveLock lock(*this);
-      if (written) {
-        KVTIER_ASSIGN_OR_RETURN(const bool stored, RecordPutWriteLocked(chain[written->i], *written, result, putting.keys));
-        if (stored && written->action == PutAction::kNew) {
-          ++result.new_blocks;
-        } else if (stored) {
-          ++result.present_blocks;  // written again into the persist tier
+      for (const PutWrite& w : written) {
+        Result<bool> stored = RecordPutWriteLocked(chain[w.i], w, result, progress);
+        if (stored.ok() && *stored) {
+          ++(w.action == PutAction::kNew ? result.new_blocks : result.present_blocks);
+          continue;
         }
-        if (stored) {
-          previous = chain[written->i].key;
-          publish = written->action == PutAction::kNew && shared_tier >= 0;
-        } else {
-          result.refused_blocks += chain.size() - written->i;
-          refused = true;
-        }
+        // Refused or failed: it is the batch's last write, and nothing after it is stored.
+        if (!stored.ok()) failed = stored.status();
+        if (stored.ok()) result.refused_blocks += chain.size() - w.i;
+        ended = true;
+        break;
       }
-      if (last || refused) {
+      ended = ended || !failed.ok() || next == chain.size();
+      if (!ended) {
+        failed = IndexBatchLocked(chain, metas, blocks_to_put, next, previous, result, progress, batch, lock);
+        ended = !failed.ok();
+      }
+      if (ended) {
         ++stats.puts;
-        putting.ReleaseLocked();
-      } else {
-        while (action == PutAction::kWait) {
-          KVTIER_ASSIGN_OR_RETURN(action, IndexForPutLocked(chain[i], i, previous, meta, b, putting.keys));
-          if (action == PutAction::kWait) move_done_.wait(lock);
-        }
+        progress.ReleaseLocked();
       }
     }
-    if (publish) PublishPutWrite(chain[written->i], *written);
-    written.reset();
-    if (last || refused) break;
-    if (action == PutAction::kPresent) {
-      ++result.present_blocks;
-      previous = chain[i].key;
-      continue;
+    if (shared_tier >= 0) {
+      for (const PutWrite& w : written) {
+        if (w.action == PutAction::kNew && Stored(w)) PublishPutWrite(chain[w.i], w);
+      }
     }
-    KVTIER_ASSIGN_OR_RETURN(written, WriteForPut(chain[i], i, action, meta, b));
+    if (ended) break;
+    written.clear();
+    for (const auto& [i, action] : batch) {
+      Result<PutWrite> w = WriteForPut(chain[i], i, action, metas[i], blocks_to_put[i]);
+      if (!w.ok()) {
+        failed = w.status();
+        break;
+      }
+      written.push_back(std::move(*w));
+      if (!Stored(written.back())) break;  // the rest of the chain is not written
+    }
   }
   KickRebalances();
+  if (!failed.ok()) return failed;
   return result;
+}
+
+uint64_t TieredStore::Impl::PutBatchBytesLocked() const {
+  if (options.metadata_only) return 0;
+  uint64_t smallest = 0;
+  for (const TierState& ts : tiers) {
+    if (ts.capacity > 0 && (smallest == 0 || ts.capacity < smallest)) smallest = ts.capacity;
+  }
+  if (smallest == 0) return std::numeric_limits<uint64_t>::max();  // no tier is bounded
+  return static_cast<uint64_t>((1.0 - options.high_watermark) * static_cast<double>(smallest));
+}
+
+Status TieredStore::Impl::IndexBatchLocked(std::span<const BlockPut> chain, std::span<BlockMeta> metas,
+                                           std::span<const Block> blocks_to_put, std::size_t& next,
+                                           std::optional<BlockKey>& previous, PutResult& result,
+                                           PutProgress& progress,
+                                           std::vector<std::pair<std::size_t, PutAction>>& batch,
+                                           ExclusiveLock& lock) {
+  const uint64_t budget = PutBatchBytesLocked();
+  uint64_t bytes = 0;
+  while (next < chain.size() && (batch.empty() || bytes < budget)) {
+    KVTIER_ASSIGN_OR_RETURN(const PutAction action, IndexForPutLocked(chain[next], next, previous, metas[next],
+                                                                      blocks_to_put[next], progress.pinned));
+    if (action == PutAction::kWait) {
+      if (!batch.empty()) return Status::Ok();  // the blocks before it go first
+      move_done_.wait(lock);
+      continue;
+    }
+    if (action != PutAction::kPresent) {
+      progress.held.emplace_back(chain[next].key, action);
+      batch.emplace_back(next, action);
+      bytes += metas[next].size_bytes;
+    } else {
+      ++result.present_blocks;
+    }
+    previous = chain[next].key;
+    ++next;
+  }
+  return Status::Ok();
+}
+
+void TieredStore::Impl::ReleaseHeldLocked(PutProgress& progress) {
+  for (auto held = progress.held.rbegin(); held != progress.held.rend(); ++held) {
+    const auto& [key, action] = *held;
+    auto it = blocks.find(key);
+    if (it == blocks.end()) continue;
+    if (it->second.moving) EndMoveLocked(key, it->second);
+    if (action == PutAction::kNew) ForgetLocked(key);
+  }
+  progress.held.clear();
 }
 
 Result<TieredStore::Impl::PutWrite> TieredStore::Impl::WriteForPut(const BlockPut& p, std::size_t i, PutAction action,
@@ -167,8 +225,6 @@ Result<TieredStore::Impl::PutWrite> TieredStore::Impl::WriteForPut(const BlockPu
   if (!p.payload.empty() && (shared_tier >= 0 || (write_through() && persist_tier > 0))) {
     w.copy = std::make_shared<AlignedBufferPool::Buffer>(payload_copies.Acquire(p.payload.size()));
     if (*w.copy == nullptr) {
-      ExclusiveLock lock(*this);
-      ForgetLocked(p.key);  // indexed for this write, which cannot happen
       return Status::ResourceExhausted("store: no memory to copy a block of " + std::to_string(p.payload.size()) +
                                        " bytes");
     }
@@ -235,15 +291,18 @@ Result<TieredStore::Impl::PutAction> TieredStore::Impl::IndexForPutLocked(const 
     blocks[p.key] = b;
     if (previous) RefreshEvictableLocked(*previous);  // it has a child now
   }
+  BeginMoveLocked(p.key, blocks[p.key]);  // this put's until its write is recorded
   return PutAction::kNew;
 }
 
 Result<bool> TieredStore::Impl::RecordPutWriteLocked(const BlockPut& p, const PutWrite& w, const PutResult& so_far,
-                                                     std::vector<BlockKey>& pinned) {
+                                                     PutProgress& progress) {
+  std::erase_if(progress.held, [&](const auto& held) { return held.first == p.key; });
+  auto held = blocks.find(p.key);
+  if (held != blocks.end() && held->second.moving) EndMoveLocked(p.key, held->second);
   if (w.action == PutAction::kRepersist) {
-    if (auto it = blocks.find(p.key); it != blocks.end()) {
-      EndMoveLocked(p.key, it->second);
-      if (w.persisted.ok()) AddToTierLocked(p.key, persist_tier, w.meta, it->second);
+    if (held != blocks.end()) {
+      if (w.persisted.ok()) AddToTierLocked(p.key, persist_tier, w.meta, held->second);
       RefreshEvictableLocked(p.key);
     }
     if (w.persisted.ok()) return true;
@@ -253,8 +312,7 @@ Result<bool> TieredStore::Impl::RecordPutWriteLocked(const BlockPut& p, const Pu
     ++tier_state(persist_tier).stats.refused;
     return false;
   }
-  const bool stored = write_through() ? w.persisted.ok() : w.placed.ok() && *w.placed >= 0;
-  if (!stored) {
+  if (!Stored(w)) {
     ForgetLocked(p.key);
     if (!w.persisted.ok() && w.persisted.code() != StatusCode::kResourceExhausted) {
       return w.persisted.WithContext("store: persisting block " + std::to_string(w.i));
@@ -275,7 +333,7 @@ Result<bool> TieredStore::Impl::RecordPutWriteLocked(const BlockPut& p, const Pu
   }
   auto it = blocks.find(p.key);
   ++it->second.pins;
-  pinned.push_back(p.key);
+  progress.pinned.push_back(p.key);
   if (write_through()) AddToTierLocked(p.key, persist_tier, w.meta, it->second);
   if (w.placed.ok() && *w.placed >= 0) AddToTierLocked(p.key, *w.placed, w.meta, it->second);
   RefreshEvictableLocked(p.key);

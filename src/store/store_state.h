@@ -31,9 +31,10 @@
 // needs under the lock, marks the block `moving` when it moves or copies it (so no mover
 // picks it as well), does the I/O with the lock released, and takes the lock again to record
 // the outcome, checking that the block is still there (BeginMoveLocked / EndMoveLocked). A
-// Put that must write a block a mover holds waits on `move_done_` (with `mu_` exclusive)
-// until the mover lets it go. A Get plans its chain's reads under one shared section, reads,
-// and defers its hits (above).
+// Put holds the same way the blocks it indexed for writing until it records their writes, a
+// batch at a time (Put); a Put that must write a block a mover or another Put holds waits on
+// `move_done_` (with `mu_` exclusive) until it is let go. A Get plans its chain's reads under
+// one shared section, reads, and defers its hits (above).
 // `flight_mu_` guards `in_flight` only and is never held together with `mu_`. `hits_mu_`
 // guards `deferred_hits` only; it is taken with `mu_` held or not, and nothing is taken
 // while it is held.
@@ -417,20 +418,45 @@ struct TieredStore::Impl {
   // Corruption at once when the payload does not match the writer's `checksum`.
   Result<int> Place(const BlockKey& key, const BlockMeta& meta, const Block& b, std::span<const std::byte> payload,
                     int end, std::optional<uint64_t> checksum = std::nullopt);
-  // Stores a chain (TieredStore::Put), one block at a time: IndexForPutLocked, then
-  // WriteForPut with the lock released, then RecordPutWriteLocked in the section that indexes
-  // the next block.
+  // Stores a chain (TieredStore::Put) in batches of blocks: one exclusive section records
+  // the last batch's writes and indexes the next batch (IndexBatchLocked), whose blocks are
+  // then written with the lock released (WriteForPut). A chain whose blocks fit in one batch
+  // takes two sections, not one per block.
   Result<PutResult> Put(std::span<const BlockPut> chain, const std::optional<BlockKey>& parent);
   enum class PutAction {
     kPresent,    // stored already: touched and pinned, nothing to write
     kRepersist,  // stored, but the persist tier let it go: write-through writes it again
     kNew,        // indexed now: to be written
-    kWait,       // to be written again, but a mover holds it: wait on `move_done_`, then ask again
+    kWait,       // to be written again, but a mover (or another put) holds it: wait on `move_done_`, then ask again
   };
   // Touches and pins chain[i] (`p`) when it is stored already, else indexes it under
-  // `previous`. `meta` becomes the stored block's when it is present.
+  // `previous`. `meta` becomes the stored block's when it is present. A block to write
+  // (kNew, kRepersist) is held (Block::moving) until its write is recorded, so that no mover
+  // picks it and no other put writes it meanwhile.
   Result<PutAction> IndexForPutLocked(const BlockPut& p, std::size_t i, const std::optional<BlockKey>& previous,
                                       BlockMeta& meta, const Block& b, std::vector<BlockKey>& pinned);
+  // The bytes a put writes before it records them (and so before the tiers' accounting and
+  // policies see them): the headroom the high watermark leaves in the smallest bounded tier,
+  // so that a batch in flight never takes more than demotion keeps free. 0 (one block at a
+  // time) in a metadata-only store, whose accounting is its only record of room.
+  uint64_t PutBatchBytesLocked() const;  // shared is enough
+  // A put's blocks: those pinned until the whole chain is in, and those it holds (indexed
+  // for a write not yet recorded).
+  struct PutProgress {
+    std::vector<BlockKey> pinned;
+    std::vector<std::pair<BlockKey, PutAction>> held;
+  };
+  // Indexes chain[next...] for writing (IndexForPutLocked) until the blocks to write reach
+  // PutBatchBytesLocked, or until a block another holds is reached after some to write
+  // (those go first; at the batch's start it waits on `move_done_` through `lock`). Appends
+  // the blocks to write to `batch`; advances `next` and `previous`.
+  Status IndexBatchLocked(std::span<const BlockPut> chain, std::span<BlockMeta> metas, std::span<const Block> blocks_to_put,
+                          std::size_t& next, std::optional<BlockKey>& previous, PutResult& result,
+                          PutProgress& progress, std::vector<std::pair<std::size_t, PutAction>>& batch,
+                          ExclusiveLock& lock);
+  // Lets go of the blocks a put still holds, newest first: a new one is forgotten (with it
+  // written nowhere, the index must not list it), a re-persisted one stays as it was.
+  void ReleaseHeldLocked(PutProgress& progress);
   // A block of a Put written (or refused) by its tiers, its outcome not yet recorded.
   struct PutWrite {
     std::size_t i = 0;  // its place in the chain
@@ -442,15 +468,20 @@ struct TieredStore::Impl {
     std::shared_ptr<AlignedBufferPool::Buffer> copy;
     std::span<const std::byte> payload;
   };
+  // Whether a tier took the block: the persist tier with write-through, else the tier Place chose.
+  bool Stored(const PutWrite& w) const {
+    if (w.action == PutAction::kRepersist || write_through()) return w.persisted.ok();
+    return w.placed.ok() && *w.placed >= 0;
+  }
   // Writes chain[i] (`p`, indexed as `action`: kNew or kRepersist) into its tiers, `mu_`
-  // released. An error only when its private copy cannot be allocated (then it is forgotten).
+  // released. An error only when its private copy cannot be allocated.
   Result<PutWrite> WriteForPut(const BlockPut& p, std::size_t i, PutAction action, const BlockMeta& meta,
                                const Block& b);
-  // Records where a written block went, pinned, or forgets a new one no tier took. False:
-  // refused; an error only when nothing of the chain is stored yet (`so_far`) or the persist
-  // tier failed.
+  // Records where a written block went, pinned, or forgets a new one no tier took, and lets
+  // it go (PutProgress::held). False: refused; an error only when nothing of the chain is
+  // stored yet (`so_far`) or the persist tier failed.
   Result<bool> RecordPutWriteLocked(const BlockPut& p, const PutWrite& w, const PutResult& so_far,
-                                    std::vector<BlockKey>& pinned);
+                                    PutProgress& progress);
   // Publishes a new block the put stored into the shared tier (in the background when the
   // options say so).
   void PublishPutWrite(const BlockPut& p, const PutWrite& w);

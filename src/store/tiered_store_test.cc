@@ -150,20 +150,70 @@ TEST(TieredStore, GetsLeaveTheirHitsToTheNextWriterAndNeverTakeTheLockExclusivel
 // A put records each block's write in the section that indexes the next block, and pins,
 // counts and unpins in one last section: n + 1 exclusive sections for n blocks, where
 // recording and indexing apart took 2n + 2.
-TEST(TieredStore, APutOfNBlocksTakesTheLockExclusivelyNPlusOneTimes) {
+// A put indexes its blocks in batches of up to the headroom the high watermark leaves in the
+// smallest tier (5% by default), writes a batch with the lock released, and records it in the
+// section that indexes the next: one exclusive section per batch and one to end.
+TEST(TieredStore, APutTakesTheLockExclusivelyOncePerBatchAndOnceToEnd) {
   StoreOptions options;
   options.synchronous_moves = true;
-  auto store = TwoTierStore(8u << 20, 8u << 20, options);
+  {
+    auto store = TwoTierStore(64u << 20, 64u << 20, options);  // 3.2 MiB batches: the chain is one
+    ASSERT_NE(store, nullptr);
+    const StoreStats before = store->GetStats();
+    PutChain(*store, 1, 4);
+    const StoreStats new_chain = store->GetStats();
+    EXPECT_EQ(new_chain.metadata_lock.exclusive_acquisitions, before.metadata_lock.exclusive_acquisitions + 2);
+    PutChain(*store, 1, 4);  // present: every block touched and pinned in the first section, nothing written
+    const StoreStats present_chain = store->GetStats();
+    EXPECT_EQ(present_chain.metadata_lock.exclusive_acquisitions, new_chain.metadata_lock.exclusive_acquisitions + 2);
+    EXPECT_EQ(present_chain.puts, before.puts + 2);
+    EXPECT_EQ(GetChain(*store, 1, 4), 4u);
+  }
+  {
+    auto store = TwoTierStore(8u << 20, 8u << 20, options);  // 410 KiB batches: two blocks of 256 KiB each
+    ASSERT_NE(store, nullptr);
+    const StoreStats before = store->GetStats();
+    PutChain(*store, 1, 4);
+    EXPECT_EQ(store->GetStats().metadata_lock.exclusive_acquisitions, before.metadata_lock.exclusive_acquisitions + 3);
+    EXPECT_EQ(GetChain(*store, 1, 4), 4u);
+  }
+}
+
+// A chain longer than both tiers: its blocks stay pinned until it is in, so the tiers fill and
+// refuse a block in the middle of a batch. The blocks indexed after it for the same batch
+// were written nowhere and must leave the index with it: no lookup, get or later put sees them.
+TEST(TieredStore, BlocksIndexedAfterARefusedOneInItsBatchAreForgotten) {
+  StoreOptions options;
+  options.synchronous_moves = true;
+  auto store = TwoTierStore(2u << 20, 2u << 20, options);  // 128 blocks of 16 KiB each; batches of 7
   ASSERT_NE(store, nullptr);
-  const StoreStats before = store->GetStats();
-  PutChain(*store, 1, 4);
-  const StoreStats new_chain = store->GetStats();
-  EXPECT_EQ(new_chain.metadata_lock.exclusive_acquisitions, before.metadata_lock.exclusive_acquisitions + 5);
-  PutChain(*store, 1, 4);  // present: each block touched and pinned in its section, nothing written
-  const StoreStats present_chain = store->GetStats();
-  EXPECT_EQ(present_chain.metadata_lock.exclusive_acquisitions, new_chain.metadata_lock.exclusive_acquisitions + 5);
-  EXPECT_EQ(present_chain.puts, before.puts + 2);
-  EXPECT_EQ(GetChain(*store, 1, 4), 4u);
+  constexpr uint32_t kSmall = 16 << 10;
+  constexpr uint64_t kBlocks = 300;
+  const std::vector<std::byte> payload(kSmall, std::byte{0x5a});
+  std::vector<BlockPut> puts;
+  std::vector<BlockKey> keys;
+  for (uint64_t i = 0; i < kBlocks; ++i) {
+    keys.push_back(Key(7, i));
+    puts.push_back({.key = keys.back(), .payload = payload, .tokens = 16});
+  }
+  Result<PutResult> put = store->Put(puts);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  const uint64_t stored = put->new_blocks;
+  ASSERT_GT(stored, 0u);
+  ASSERT_LT(stored, kBlocks);
+  ASSERT_NE(stored % 7, 0u) << "the refusal should fall inside a batch";
+  EXPECT_EQ(put->refused_blocks, kBlocks - stored);
+  // Every block the index lists is a stored one of the chain's prefix (demotion may have
+  // dropped some of its last ones since): none indexed and held by no tier.
+  const StoreStats stats = store->GetStats();
+  EXPECT_LE(stats.index_blocks, stored);
+  EXPECT_EQ(store->Lookup(keys).prefix_blocks, stats.index_blocks);
+  EXPECT_EQ(stats.pinned_blocks, 0u);
+  // Nothing of the chain is left held: the same put again finds what is stored and goes on.
+  Result<PutResult> again = store->Put(puts);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->present_blocks + again->new_blocks + again->refused_blocks, kBlocks);
+  EXPECT_EQ(store->Lookup(keys).prefix_blocks, store->GetStats().index_blocks);
 }
 
 TEST(TieredStore, ADeferredHitCountsBeforeTheNextVictimIsChosen) {
