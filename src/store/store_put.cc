@@ -239,6 +239,12 @@ Result<TieredStore::Impl::PutWrite> TieredStore::Impl::WriteForPut(const BlockPu
   } else {
     w.placed = Place(p.key, meta, b, w.payload, last_tier() + 1, p.checksum);
   }
+  if (shared_tier < 0) {
+    // Only a publish reads the copy later: back to the pool now, so that a batch in flight
+    // holds one copy at a time and the pool's buffers are reused rather than faulted in anew.
+    w.copy.reset();
+    w.payload = {};
+  }
   return w;
 }
 

@@ -464,7 +464,8 @@ struct TieredStore::Impl {
     BlockMeta meta;
     Status persisted = Status::Ok();  // the persist tier's write, with write-through
     Result<int> placed = -1;          // the tier Place chose (kNew), -1: none admitted it
-    // The bytes the tiers got: a private copy where two tiers (or a publish) read them.
+    // The bytes the tiers got: a private copy where two tiers (or a publish) read them. Kept
+    // past the writes only for a publish (a shared tier); otherwise empty once written.
     std::shared_ptr<AlignedBufferPool::Buffer> copy;
     std::span<const std::byte> payload;
   };
