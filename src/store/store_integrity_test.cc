@@ -305,6 +305,31 @@ TEST_F(StoreIntegrity, AFailedPersistWriteLeavesNoRecord) {
   EXPECT_EQ(store->GetStats().recovery_dropped_blocks, 0u) << "the journal listed a block that was never written";
 }
 
+// Two puts of one new block at once: the first holds the block from its indexing until its
+// write is recorded, so the second waits and then finds it stored. Before puts held their
+// blocks, the second saw a block indexed in no tier, wrote it again and counted its bytes
+// twice in the tier's accounting.
+TEST_F(StoreIntegrity, APutOfABlockAnotherPutIsWritingWaitsAndWritesNothing) {
+  auto fast = std::make_unique<testing::FaultyTier>(testing::TestDram(8u << 20, "fast"));
+  testing::FaultyTier* dram = fast.get();
+  auto store = Open(std::move(fast), testing::TestDram(8u << 20, "slow"), {});
+  ASSERT_NE(store, nullptr);
+  RacingPut racing(*store, 400);
+  dram->BeforeWrite([&](const BlockKey& key) {
+    (void)racing.Meet(key);  // the first write of the block starts the second put, then goes on
+    return Status::Ok();
+  });
+  Result<PutResult> first = kChainData.Put(*store, 400, 1);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(racing.started());
+  ASSERT_TRUE(racing.Finish().ok());
+  dram->BeforeWrite(nullptr);
+  EXPECT_EQ(first->new_blocks, 1u);
+  EXPECT_EQ(racing.later_calls(), 0) << "the second put wrote the block again";
+  EXPECT_EQ(store->GetStats().tiers[0].used_bytes, kBlockBytes);
+  EXPECT_EQ(kChainData.Get(*store, 400, 1), 1u);
+}
+
 // End to end through the store's own moves: a block's stored checksum goes down with it, so a
 // byte flipped in the mover's buffer (after the DRAM tier checked its copy) is refused by the
 // tier below instead of being stored there under a checksum of the wrong bytes, which every
