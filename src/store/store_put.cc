@@ -90,24 +90,7 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
   } progress{*this};
   std::vector<BlockMeta> metas(chain.size());
   std::vector<Block> blocks_to_put(chain.size());
-  {
-    uint64_t tokens_before = 0;
-    if (parent) {
-      std::shared_lock lock(mu_);
-      auto it = blocks.find(*parent);
-      if (it != blocks.end()) tokens_before = it->second.tokens_before + it->second.tokens;
-    }
-    for (std::size_t i = 0; i < chain.size(); ++i) {
-      const BlockPut& p = chain[i];
-      metas[i] = {.size_bytes = p.bytes != 0 ? p.bytes : static_cast<uint32_t>(p.payload.size()),
-                  .type = p.type,
-                  .transition = p.transition};
-      blocks_to_put[i] = {.tokens = p.tokens,
-                          .tokens_before = tokens_before,
-                          .recompute_s = RecomputeSeconds(p.recompute_seconds, p.tokens, tokens_before)};
-      tokens_before += p.tokens;
-    }
-  }
+  DescribeChain(chain, parent, metas, blocks_to_put);
   std::optional<BlockKey> previous = parent;
   std::size_t next = 0;
   std::vector<PutWrite> written;  // the last batch's writes, recorded by the next section
@@ -117,19 +100,7 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
     bool ended = false;
     {
       ExclusiveLock lock(*this);
-      for (const PutWrite& w : written) {
-        Result<bool> stored = RecordPutWriteLocked(chain[w.i], w, result, progress);
-        if (stored.ok() && *stored) {
-          ++(w.action == PutAction::kNew ? result.new_blocks : result.present_blocks);
-          continue;
-        }
-        // Refused or failed: it is the batch's last write, and nothing after it is stored.
-        if (!stored.ok()) failed = stored.status();
-        if (stored.ok()) result.refused_blocks += chain.size() - w.i;
-        ended = true;
-        break;
-      }
-      ended = ended || !failed.ok() || next == chain.size();
+      ended = !RecordBatchLocked(chain, written, result, progress, failed) || !failed.ok() || next == chain.size();
       if (!ended) {
         failed = IndexBatchLocked(chain, metas, blocks_to_put, next, previous, result, progress, batch, lock);
         ended = !failed.ok();
@@ -159,6 +130,45 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
   KickRebalances();
   if (!failed.ok()) return failed;
   return result;
+}
+
+void TieredStore::Impl::DescribeChain(std::span<const BlockPut> chain, const std::optional<BlockKey>& parent,
+                                      std::span<BlockMeta> metas, std::span<Block> blocks_to_put) const {
+  uint64_t tokens_before = 0;
+  if (parent) {
+    std::shared_lock lock(mu_);
+    auto it = blocks.find(*parent);
+    if (it != blocks.end()) tokens_before = it->second.tokens_before + it->second.tokens;
+  }
+  for (std::size_t i = 0; i < chain.size(); ++i) {
+    const BlockPut& p = chain[i];
+    metas[i] = {.size_bytes = p.bytes != 0 ? p.bytes : static_cast<uint32_t>(p.payload.size()),
+                .type = p.type,
+                .transition = p.transition};
+    blocks_to_put[i] = {.tokens = p.tokens,
+                        .tokens_before = tokens_before,
+                        .recompute_s = RecomputeSeconds(p.recompute_seconds, p.tokens, tokens_before)};
+    tokens_before += p.tokens;
+  }
+}
+
+bool TieredStore::Impl::RecordBatchLocked(std::span<const BlockPut> chain, std::span<const PutWrite> written,
+                                          PutResult& result, PutProgress& progress, Status& failed) {
+  for (const PutWrite& w : written) {
+    Result<bool> stored = RecordPutWriteLocked(chain[w.i], w, result, progress);
+    if (stored.ok() && *stored) {
+      ++(w.action == PutAction::kNew ? result.new_blocks : result.present_blocks);
+      continue;
+    }
+    // Refused or failed: it is the batch's last write, and nothing after it is stored.
+    if (stored.ok()) {
+      result.refused_blocks += chain.size() - w.i;
+    } else {
+      failed = stored.status();
+    }
+    return false;
+  }
+  return true;
 }
 
 uint64_t TieredStore::Impl::PutBatchBytesLocked() const {

@@ -423,6 +423,10 @@ struct TieredStore::Impl {
   // then written with the lock released (WriteForPut). A chain whose blocks fit in one batch
   // takes two sections, not one per block.
   Result<PutResult> Put(std::span<const BlockPut> chain, const std::optional<BlockKey>& parent);
+  // Each block's metadata and table entry as the put will store them (its tokens before it
+  // counted from `parent`'s). Takes `mu_` shared.
+  void DescribeChain(std::span<const BlockPut> chain, const std::optional<BlockKey>& parent,
+                     std::span<BlockMeta> metas, std::span<Block> blocks_to_put) const;
   enum class PutAction {
     kPresent,    // stored already: touched and pinned, nothing to write
     kRepersist,  // stored, but the persist tier let it go: write-through writes it again
@@ -483,6 +487,11 @@ struct TieredStore::Impl {
   // stored yet (`so_far`) or the persist tier failed.
   Result<bool> RecordPutWriteLocked(const BlockPut& p, const PutWrite& w, const PutResult& so_far,
                                     PutProgress& progress);
+  // Records a batch's writes in order (RecordPutWriteLocked) and counts them in `result`.
+  // False when one was refused (the rest of the chain counted as refused) or failed (`failed`
+  // set): it is the batch's last write, and the put ends.
+  bool RecordBatchLocked(std::span<const BlockPut> chain, std::span<const PutWrite> written, PutResult& result,
+                         PutProgress& progress, Status& failed);
   // Publishes a new block the put stored into the shared tier (in the background when the
   // options say so).
   void PublishPutWrite(const BlockPut& p, const PutWrite& w);
