@@ -16,10 +16,7 @@ class Writer {
   void Put(T value) {
     Store(Extend(sizeof value), value);
   }
-  void Key(const BlockKey& key) {
-    Put(key.hi);
-    Put(key.lo);
-  }
+  void Key(const BlockKey& key) { Keys({&key, 1}); }
   // A run of fields written through Store into bytes appended at once: a lookup's 64 keys or
   // its reply's 128 fields grow the frame once, not once per field.
   std::byte* Extend(std::size_t n) {
@@ -64,8 +61,9 @@ class Reader {
     return value;
   }
   BlockKey Key(const char* what) {
-    const uint64_t hi = Get<uint64_t>(what);
-    return {hi, Get<uint64_t>(what)};
+    BlockKey key;
+    if (Take(16, what)) key = LoadKey(in_.data() + pos_ - 16);
+    return key;
   }
   // A count of elements of at least `min_bytes` each: bounded by the limit and by the bytes left.
   uint32_t Count(const char* what, std::size_t min_bytes) {
@@ -115,11 +113,17 @@ class Reader {
     if (keys.empty() || !Take(keys.size() * 16, what)) return keys;
     const std::byte* at = in_.data() + pos_ - keys.size() * 16;
     for (BlockKey& key : keys) {
-      std::memcpy(&key.hi, at, 8);
-      std::memcpy(&key.lo, at + 8, 8);
+      key = LoadKey(at);
       at += 16;
     }
     return keys;
+  }
+  // A key as Writer::Keys lays it out: `hi`, then `lo`.
+  static BlockKey LoadKey(const std::byte* at) {
+    BlockKey key;
+    std::memcpy(&key.hi, at, 8);
+    std::memcpy(&key.lo, at + 8, 8);
+    return key;
   }
   Status Finish() {
     if (status_.ok() && pos_ != in_.size()) {

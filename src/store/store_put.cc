@@ -154,8 +154,13 @@ void TieredStore::Impl::DescribeChain(std::span<const BlockPut> chain, const std
 
 bool TieredStore::Impl::RecordBatchLocked(std::span<const BlockPut> chain, std::span<const PutWrite> written,
                                           PutResult& result, PutProgress& progress, Status& failed) {
+  // The writes are the first of the blocks the put holds, in the same order: once recorded,
+  // they are no longer held.
+  std::size_t recorded = 0;
+  bool stored_all = true;
   for (const PutWrite& w : written) {
-    Result<bool> stored = RecordPutWriteLocked(chain[w.i], w, result, progress);
+    Result<bool> stored = RecordPutWriteLocked(chain[w.i], w, result, progress.pinned);
+    ++recorded;
     if (stored.ok() && *stored) {
       ++(w.action == PutAction::kNew ? result.new_blocks : result.present_blocks);
       continue;
@@ -166,9 +171,11 @@ bool TieredStore::Impl::RecordBatchLocked(std::span<const BlockPut> chain, std::
     } else {
       failed = stored.status();
     }
-    return false;
+    stored_all = false;
+    break;
   }
-  return true;
+  progress.held.erase(progress.held.begin(), progress.held.begin() + static_cast<std::ptrdiff_t>(recorded));
+  return stored_all;
 }
 
 uint64_t TieredStore::Impl::PutBatchBytesLocked() const {
@@ -312,13 +319,12 @@ Result<TieredStore::Impl::PutAction> TieredStore::Impl::IndexForPutLocked(const 
 }
 
 Result<bool> TieredStore::Impl::RecordPutWriteLocked(const BlockPut& p, const PutWrite& w, const PutResult& so_far,
-                                                     PutProgress& progress) {
-  std::erase_if(progress.held, [&](const auto& held) { return held.first == p.key; });
-  auto held = blocks.find(p.key);
-  if (held != blocks.end() && held->second.moving) EndMoveLocked(p.key, held->second);
+                                                     std::vector<BlockKey>& pinned) {
+  auto it = blocks.find(p.key);
+  if (it != blocks.end() && it->second.moving) EndMoveLocked(p.key, it->second);  // this put held it
   if (w.action == PutAction::kRepersist) {
-    if (held != blocks.end()) {
-      if (w.persisted.ok()) AddToTierLocked(p.key, persist_tier, w.meta, held->second);
+    if (it != blocks.end()) {
+      if (w.persisted.ok()) AddToTierLocked(p.key, persist_tier, w.meta, it->second);
       RefreshEvictableLocked(p.key);
     }
     if (w.persisted.ok()) return true;
@@ -347,9 +353,8 @@ Result<bool> TieredStore::Impl::RecordPutWriteLocked(const BlockPut& p, const Pu
     }
     return false;
   }
-  auto it = blocks.find(p.key);
   ++it->second.pins;
-  progress.pinned.push_back(p.key);
+  pinned.push_back(p.key);
   if (write_through()) AddToTierLocked(p.key, persist_tier, w.meta, it->second);
   if (w.placed.ok() && *w.placed >= 0) AddToTierLocked(p.key, *w.placed, w.meta, it->second);
   RefreshEvictableLocked(p.key);

@@ -483,10 +483,10 @@ struct TieredStore::Impl {
   Result<PutWrite> WriteForPut(const BlockPut& p, std::size_t i, PutAction action, const BlockMeta& meta,
                                const Block& b);
   // Records where a written block went, pinned, or forgets a new one no tier took, and lets
-  // it go (PutProgress::held). False: refused; an error only when nothing of the chain is
+  // it go (the put held it). False: refused; an error only when nothing of the chain is
   // stored yet (`so_far`) or the persist tier failed.
   Result<bool> RecordPutWriteLocked(const BlockPut& p, const PutWrite& w, const PutResult& so_far,
-                                    PutProgress& progress);
+                                    std::vector<BlockKey>& pinned);
   // Records a batch's writes in order (RecordPutWriteLocked) and counts them in `result`.
   // False when one was refused (the rest of the chain counted as refused) or failed (`failed`
   // set): it is the batch's last write, and the put ends.
