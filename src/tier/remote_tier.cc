@@ -144,6 +144,9 @@ struct RemoteTier::Chunk {
   std::vector<std::size_t> ops;
   std::vector<bool>* asking;                          // per operation of the batch: send ASKING first
   std::vector<std::optional<Redirection>>* redirected;  // per operation: the redirection it got
+  // Per operation: why its node could not answer it (no connection, or the connection lost
+  // before its reply). Run finishes it with that, or retries it on the slot's new owner.
+  std::vector<std::optional<Status>>* unanswered;
   bool node_failed = false;
 };
 
@@ -169,7 +172,7 @@ class RemoteTier::ChunkPipeline {
     Result<RedisNode::Lease> lease = chunk_.node->Borrow();
     if (!lease.ok()) {
       chunk_.node_failed = true;
-      for (std::size_t i : chunk_.ops) batch_.finish(i, lease.status());
+      for (std::size_t i : chunk_.ops) (*chunk_.unanswered)[i] = lease.status();
       answered_ = chunk_.ops.size();
       return;
     }
@@ -231,13 +234,14 @@ class RemoteTier::ChunkPipeline {
     if (!failure_.ok()) FailRest();
   }
 
-  // The connection is gone, and with it the replies not read yet: those operations failed
-  // (a write among them may or may not have been applied).
+  // The connection is gone, and with it the replies not read yet: those operations are
+  // unanswered (a write among them may or may not have been applied; every command this tier
+  // sends may be sent again).
   void FailRest() {
     lease_->Fail();
     lease_.reset();
     chunk_.node_failed = true;
-    for (; answered_ < chunk_.ops.size(); ++answered_) batch_.finish(chunk_.ops[answered_], failure_);
+    for (; answered_ < chunk_.ops.size(); ++answered_) (*chunk_.unanswered)[chunk_.ops[answered_]] = failure_;
   }
 
   Chunk& chunk_;
@@ -282,6 +286,7 @@ void RemoteTier::Run(CommandBatch& batch) const {
   std::vector<bool> asking(count, false);
   std::vector<std::shared_ptr<RedisNode>> ask_target(count);
   std::vector<std::optional<Redirection>> redirected(count);
+  std::vector<std::optional<Status>> unanswered(count);
   std::vector<std::size_t> pending(count);
   std::iota(pending.begin(), pending.end(), std::size_t{0});
   for (int round = 0; !pending.empty(); ++round) {
@@ -318,7 +323,8 @@ void RemoteTier::Run(CommandBatch& batch) const {
                           .ops = std::vector<std::size_t>(group.second.begin() + static_cast<std::ptrdiff_t>(begin),
                                                           group.second.begin() + static_cast<std::ptrdiff_t>(end)),
                           .asking = &asking,
-                          .redirected = &redirected});
+                          .redirected = &redirected,
+                          .unanswered = &unanswered});
       }
     }
     if (!spread) {
@@ -335,8 +341,10 @@ void RemoteTier::Run(CommandBatch& batch) const {
       others_done.wait();
     }
     for (const Chunk& chunk : chunks) node_failed |= chunk.node_failed;
+    if (node_failed) router_->RefreshSlots(/*force=*/false);
 
     std::vector<std::size_t> next;
+    RetryUnanswered(chunks, round, unanswered, asking, ask_target, batch, next);
     bool moved = false;
     for (std::size_t i : pending) {
       if (!redirected[i]) continue;
@@ -357,8 +365,28 @@ void RemoteTier::Run(CommandBatch& batch) const {
       next.push_back(i);
     }
     if (moved) router_->RefreshSlots(/*force=*/true);
-    if (node_failed) router_->RefreshSlots(/*force=*/false);
     pending = std::move(next);
+  }
+}
+
+void RemoteTier::RetryUnanswered(std::span<const Chunk> chunks, int round,
+                                 std::vector<std::optional<Status>>& unanswered, std::vector<bool>& asking,
+                                 std::vector<std::shared_ptr<RedisNode>>& ask_target, CommandBatch& batch,
+                                 std::vector<std::size_t>& next) const {
+  for (const Chunk& chunk : chunks) {
+    if (!chunk.node_failed) continue;
+    for (std::size_t i : chunk.ops) {
+      if (!unanswered[i]) continue;
+      const Status failure = *std::exchange(unanswered[i], std::nullopt);
+      const std::shared_ptr<RedisNode> owner = router_->NodeFor(batch.keys[i]);
+      if (owner == nullptr || owner == chunk.node || round + 1 >= kMaxRedirections) {
+        batch.finish(i, failure);
+        continue;
+      }
+      asking[i] = false;
+      ask_target[i] = nullptr;
+      next.push_back(i);
+    }
   }
 }
 

@@ -24,7 +24,10 @@
 // connections_per_node threads per node known at Open, at most 256) the others, so a batch
 // starts no thread.
 // MOVED updates the slot map and retries, ASK sends ASKING and the command to the importing
-// node; at most kMaxRedirections rounds.
+// node; an operation its node left unanswered (down, or its connection lost) is retried when
+// the slot map, refreshed after the failure, names another owner (a replica promoted by a
+// failover); at most kMaxRedirections rounds. Every command the tier sends (SET, GET,
+// EXISTS, STRLEN, UNLINK, a compare-and-delete) may be sent twice.
 //
 // Shared (`RemoteTierOptions::shared`): Evict forgets the block in the accounting and sends
 // nothing: other nodes may still list it, and the servers' maxmemory policy (or ttl_seconds)
@@ -53,6 +56,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -130,6 +135,12 @@ class RemoteTier final : public Tier {
   void Run(CommandBatch& batch) const;
   void RunChunk(Chunk& chunk, CommandBatch& batch) const;
   void RunChunksOnThisThread(std::span<Chunk> chunks, CommandBatch& batch) const;
+  // After a round: the operations a failed node left unanswered go to `next` when the slot
+  // map (refreshed after the failure) now names another owner for their key (a replica that
+  // took over); the others finish with their failure.
+  void RetryUnanswered(std::span<const Chunk> chunks, int round, std::vector<std::optional<Status>>& unanswered,
+                       std::vector<bool>& asking, std::vector<std::shared_ptr<RedisNode>>& ask_target,
+                       CommandBatch& batch, std::vector<std::size_t>& next) const;
   // Deletes the value under `redis_key` if it still equals `value` (a corrupt block); true
   // when it did.
   bool DeleteIfUnchanged(const std::string& redis_key, std::string_view value) const;

@@ -451,6 +451,22 @@ TEST_F(RemoteTierClusterMigration, FollowsMovedAfterASlotMigrated) {
   EXPECT_EQ(tier_->GetStats().blocks, 0u);
 }
 
+// A failover as a node that has not spoken to the pool since sees it: its slot map names a
+// master that is gone, and the slot's new owner has the data. The write finds the old owner
+// down, the refreshed map names the new one, and the write goes there instead of failing
+// (it did fail, before: one block of a chain published nowhere, docs/cluster.md).
+TEST_F(RemoteTierClusterMigration, AnOperationTheOldOwnerLeftUnansweredGoesToTheNewOwner) {
+  StartMigration();
+  FinishMigration();
+  servers_->Kill(source_);
+  // Past the refresh's rate limit (reconnect_interval_ms) since the map was loaded at Open.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::vector<std::byte> replacement = Payload(5000, 11);
+  ASSERT_TRUE(tier_->Write(Key(1), replacement).ok());
+  EXPECT_EQ(servers_->ServerHolding(redis_key_), target_);
+  EXPECT_EQ(ReadAll(*tier_, Key(1), replacement.size()), replacement);
+}
+
 TEST(RemoteTier, KilledNodeMissesFastThenRecoversAfterRestart) {
   SKIP_WITHOUT_REDIS();
   Result<std::unique_ptr<RedisServers>> started = RedisServers::StartStandalone(3);
