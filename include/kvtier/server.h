@@ -41,6 +41,13 @@ namespace server {
 class ServiceMetrics;
 }
 
+// How a tenant's keys become the store's keys (server/tenant_namespace.h). Part of the stored
+// format: every node of a shared pool, and every restart of a persistent store, must use one.
+enum class TenantKeyMapping {
+  kAesMmo,  // "aes_mmo", v2: AES-128 in Matyas-Meyer-Oseas, about 2 ns a key
+  kSha256,  // "sha256", v1: SHA-256, about 45 ns a key; stores and pools written before v2
+};
+
 struct TenantOptions {
   std::string name;
   std::string auth_token;  // empty: the server's auth_token (if any) admits this tenant
@@ -73,6 +80,7 @@ struct ServerOptions {
   std::optional<std::chrono::sys_seconds> auth_token_expires;  // Default: never
   // Known tenants. Default: none, every tenant name is accepted (still isolated from others).
   std::vector<TenantOptions> tenants;
+  TenantKeyMapping tenant_keys = TenantKeyMapping::kAesMmo;  // Default: aes_mmo
   protocol::Limits limits;                // Default: protocol.h's
   // Connections open at once; more are refused with an error. Each costs the daemon one
   // descriptor (the daemon raises its RLIMIT_NOFILE to fit), no thread. Default: 4,096

@@ -225,6 +225,10 @@ TEST(ServeConfig, TlsAndExpiringTokens) {
   using namespace std::chrono;
   EXPECT_EQ(c->server.tenants[0].expires, sys_days(year(2027) / 3 / 4) + hours(5) + minutes(6) + seconds(7));
   EXPECT_EQ(c->server.tenants[1].expires, sys_days(year(2027) / 3 / 4));
+  EXPECT_EQ(c->server.tenant_keys, TenantKeyMapping::kAesMmo);
+  Result<ServeConfig> v1 = ParseServeConfig(yaml + "tenant_keys: sha256\n", "v1.yaml");
+  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+  EXPECT_EQ(v1->server.tenant_keys, TenantKeyMapping::kSha256);
 }
 
 TEST(ServeConfig, MistakesAreNamed) {
@@ -249,6 +253,7 @@ TEST(ServeConfig, MistakesAreNamed) {
       {tiers + "auth_token_expires: 2027-01-01\n", "auth_token_expires needs auth_token"},
       {tiers + "listen:\n  metrics_port: 70000\n", "metrics_port"},
       {tiers + "tenants:\n  - name: a\n  - name: a\n", "listed twice"},
+      {tiers + "tenant_keys: md5\n", "tenant_keys must be aes_mmo (the default) or sha256"},
       {tiers + "limits:\n  max_frame_bytes: 10\n", "max_frame_bytes"},
       {tiers + "limits:\n  workers: 5000\n", "'workers' must be an integer from 0 to 1024"},
       {tiers + "limits:\n  workers: -1\n", "'workers' must be an integer from 0 to 1024"},

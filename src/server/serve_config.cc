@@ -16,8 +16,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::array<std::string_view, 7> kServeKeys = {"store",   "model",   "listen", "auth_token",
-                                                        "auth_token_expires", "tenants", "limits"};
+constexpr std::array<std::string_view, 8> kServeKeys = {"store",   "model",   "listen",      "auth_token",
+                                                        "auth_token_expires", "tenants", "tenant_keys", "limits"};
 
 std::string UnderDataDir(const std::string& data_dir, const std::string& path) {
   return path.empty() || fs::path(path).is_absolute() ? path : (fs::path(data_dir) / path).string();
@@ -299,6 +299,17 @@ Result<ServeConfig> ParseServeConfig(const std::string& yaml_text, const std::st
       KVTIER_ASSIGN_OR_RETURN(c.server.auth_token_expires, YamlMap(root, source).UtcTime("auth_token_expires"));
     }
     if (root["tenants"]) KVTIER_RETURN_IF_ERROR(ParseTenants(root["tenants"], source + ": tenants", c.server));
+    if (root["tenant_keys"]) {
+      KVTIER_ASSIGN_OR_RETURN(const std::string mapping, YamlMap(root, source).String("tenant_keys"));
+      if (mapping == "aes_mmo") {
+        c.server.tenant_keys = TenantKeyMapping::kAesMmo;
+      } else if (mapping == "sha256") {
+        c.server.tenant_keys = TenantKeyMapping::kSha256;
+      } else {
+        return Status::InvalidArgument(source + ": tenant_keys must be aes_mmo (the default) or sha256 (stores and "
+                                       "pools written before kvtier-tenant-v2), not '" + mapping + "'");
+      }
+    }
     if (root["limits"]) KVTIER_RETURN_IF_ERROR(ParseLimits(root["limits"], source + ": limits", c.server));
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument(source + ": unexpected YAML shape (" + e.what() + ")");

@@ -18,6 +18,7 @@
 #include "server/frame_io.h"
 #include "server/service_metrics.h"
 #include "server/shared_segment.h"
+#include "server/tenant_namespace.h"
 #include "testing/faulty_tier.h"
 #include "testing/test_store.h"
 #include "util/posix_file.h"
@@ -270,6 +271,25 @@ TEST_F(ServerTest, TenantsCannotSeeEachOthersBlocks) {
   EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
   refused = Client::ConnectUnix(server_->unix_socket_path(), {.tenant = "beta", .auth_token = "wrong"});
   EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
+}
+
+// The store holds a tenant's blocks under the keys the configured mapping gives (the stored
+// format): a store written with sha256 keys is found again by a server told so.
+TEST_F(ServerTest, TheStoreHoldsBlocksUnderTheConfiguredMappingsKeys) {
+  for (const TenantKeyMapping mapping : {TenantKeyMapping::kAesMmo, TenantKeyMapping::kSha256}) {
+    server_.reset();
+    store_ = testing::DramOnlyStore(64u << 20);
+    ServerOptions options;
+    options.tenant_keys = mapping;
+    StartServer(options);
+    auto client = Connect({.tenant = "alpha"});
+    ASSERT_NE(client, nullptr);
+    PutChain(*client, 6, 2);
+    const std::vector<BlockKey> keys = {Key(6, 0), Key(6, 1)};
+    const TenantKeyMapping other = mapping == TenantKeyMapping::kAesMmo ? TenantKeyMapping::kSha256 : TenantKeyMapping::kAesMmo;
+    EXPECT_EQ(store_->Lookup(server::TenantNamespace("alpha", mapping).Map(keys)).prefix_blocks, 2u);
+    EXPECT_EQ(store_->Lookup(server::TenantNamespace("alpha", other).Map(keys)).prefix_blocks, 0u);
+  }
 }
 
 TEST_F(ServerTest, MalformedFrameClosesOnlyItsConnection) {

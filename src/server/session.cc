@@ -142,7 +142,7 @@ Reply Session::Hello(const protocol::Hello& m, uint16_t version, std::vector<Sco
     segments_.push_back(std::move(*segment));
   }
   fds.clear();
-  tenant_.emplace(m.tenant);
+  tenant_.emplace(m.tenant, options_.tenant_keys);
   // The client's version, which this server speaks too (frames of others do not decode).
   return {protocol::HelloReply{version, static_cast<uint32_t>(store_.tier_count())}};
 }

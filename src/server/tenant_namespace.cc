@@ -1,7 +1,10 @@
 #include "server/tenant_namespace.h"
 
+#include <openssl/evp.h>
+
 #include <array>
 #include <cstring>
+#include <new>
 #include <string_view>
 
 #include "util/little_endian.h"
@@ -9,33 +12,73 @@
 namespace kvtier::server {
 namespace {
 
-Sha256WithPrefix NamespacePrefix(const std::string& tenant) {
-  static constexpr std::string_view kDomain{"kvtier-tenant-v1\0", 17};  // with its NUL, as v1 was defined
-  std::vector<std::byte> prefix(kDomain.size() + 8 + tenant.size());
-  std::memcpy(prefix.data(), kDomain.data(), kDomain.size());
-  little_endian::PutU64(prefix.data() + kDomain.size(), tenant.size());
-  std::memcpy(prefix.data() + kDomain.size() + 8, tenant.data(), tenant.size());
-  return Sha256WithPrefix(prefix);
+// What precedes the key (kSha256) or is hashed into the AES key (kAesMmo): the domain with
+// its NUL, the tenant's length, the tenant.
+std::vector<std::byte> NamespacePrefix(std::string_view domain, const std::string& tenant) {
+  std::vector<std::byte> prefix(domain.size() + 8 + tenant.size());
+  std::memcpy(prefix.data(), domain.data(), domain.size());
+  little_endian::PutU64(prefix.data() + domain.size(), tenant.size());
+  std::memcpy(prefix.data() + domain.size() + 8, tenant.data(), tenant.size());
+  return prefix;
+}
+
+constexpr std::string_view kSha256Domain{"kvtier-tenant-v1\0", 17};
+constexpr std::string_view kAesMmoDomain{"kvtier-tenant-v2\0", 17};
+
+void PutKey(std::byte* out, const BlockKey& key) {
+  little_endian::PutU64(out, key.hi);
+  little_endian::PutU64(out + 8, key.lo);
+}
+
+// OpenSSL fails these only when it cannot allocate: the same answer as operator new's.
+void Check(int ok) {
+  if (ok != 1) throw std::bad_alloc();
 }
 
 }  // namespace
 
-TenantNamespace::TenantNamespace(std::string tenant) : tenant_(std::move(tenant)), hash_(NamespacePrefix(tenant_)) {}
+void TenantNamespace::CipherFree::operator()(EVP_CIPHER_CTX* ctx) const { EVP_CIPHER_CTX_free(ctx); }
 
-BlockKey TenantNamespace::Map(const BlockKey& key) const {
-  // Every key of every request comes through here: only the key's 16 bytes are hashed, on
-  // the state the prefix left.
-  std::array<std::byte, 16> key_bytes;
-  little_endian::PutU64(key_bytes.data(), key.hi);
-  little_endian::PutU64(key_bytes.data() + 8, key.lo);
-  return hash_.Digest(key_bytes).key();
+TenantNamespace::TenantNamespace(std::string tenant, TenantKeyMapping mapping) : tenant_(std::move(tenant)) {
+  if (mapping == TenantKeyMapping::kSha256) {
+    sha_.emplace(NamespacePrefix(kSha256Domain, tenant_));
+    return;
+  }
+  const std::vector<std::byte> prefix = NamespacePrefix(kAesMmoDomain, tenant_);
+  const BlockDigest digest = Sha256Digest(prefix.data(), prefix.size());
+  aes_.reset(EVP_CIPHER_CTX_new());
+  if (aes_ == nullptr) throw std::bad_alloc();
+  Check(EVP_EncryptInit_ex(aes_.get(), EVP_aes_128_ecb(), nullptr, digest.bytes.data(), nullptr));
+  Check(EVP_CIPHER_CTX_set_padding(aes_.get(), 0));
 }
 
-std::vector<BlockKey> TenantNamespace::Map(std::span<const BlockKey> keys) const {
-  std::vector<BlockKey> out;
-  out.reserve(keys.size());
-  for (const BlockKey& k : keys) out.push_back(Map(k));
-  return out;
+BlockKey TenantNamespace::Map(const BlockKey& key) { return Map(std::span<const BlockKey>(&key, 1)).front(); }
+
+std::vector<BlockKey> TenantNamespace::Map(std::span<const BlockKey> keys) {
+  std::vector<BlockKey> mapped;
+  mapped.reserve(keys.size());
+  if (sha_) {
+    std::array<std::byte, 16> key_bytes;
+    for (const BlockKey& k : keys) {
+      PutKey(key_bytes.data(), k);
+      mapped.push_back(sha_->Digest(key_bytes).key());
+    }
+    return mapped;
+  }
+  // Every key of every request comes through here: one cipher call for all of them, which
+  // OpenSSL runs through AES-NI several blocks at a time.
+  in_.resize(16 * keys.size());
+  out_.resize(16 * keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) PutKey(in_.data() + 16 * i, keys[i]);
+  int written = 0;
+  Check(EVP_EncryptUpdate(aes_.get(), reinterpret_cast<unsigned char*>(out_.data()), &written,
+                          reinterpret_cast<const unsigned char*>(in_.data()), static_cast<int>(in_.size())));
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    std::array<uint8_t, 16> block;
+    for (std::size_t b = 0; b < 16; ++b) block[b] = static_cast<uint8_t>(out_[16 * i + b] ^ in_[16 * i + b]);
+    mapped.push_back(BlockKey::FromDigestBytes(block));
+  }
+  return mapped;
 }
 
 }  // namespace kvtier::server
