@@ -74,8 +74,13 @@ std::vector<BlockKey> TenantNamespace::Map(std::span<const BlockKey> keys) {
   Check(EVP_EncryptUpdate(aes_.get(), reinterpret_cast<unsigned char*>(out_.data()), &written,
                           reinterpret_cast<const unsigned char*>(in_.data()), static_cast<int>(in_.size())));
   for (std::size_t i = 0; i < keys.size(); ++i) {
+    std::array<uint64_t, 2> cipher, plain;
+    std::memcpy(cipher.data(), out_.data() + 16 * i, 16);
+    std::memcpy(plain.data(), in_.data() + 16 * i, 16);
+    cipher[0] ^= plain[0];
+    cipher[1] ^= plain[1];
     std::array<uint8_t, 16> block;
-    for (std::size_t b = 0; b < 16; ++b) block[b] = static_cast<uint8_t>(out_[16 * i + b] ^ in_[16 * i + b]);
+    std::memcpy(block.data(), cipher.data(), 16);
     mapped.push_back(BlockKey::FromDigestBytes(block));
   }
   return mapped;

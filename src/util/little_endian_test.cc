@@ -14,6 +14,17 @@ std::array<std::byte, 8> Bytes(std::initializer_list<uint8_t> values) {
   return out;
 }
 
+// The constant-evaluated path (the byte loops) lays out and reads the same bytes as the
+// runtime one (one load or store on a little-endian host), which the tests below check.
+constexpr std::array<std::byte, 8> PutAtCompileTime(uint64_t value) {
+  std::array<std::byte, 8> out{};
+  PutU64(out.data(), value);
+  return out;
+}
+static_assert(PutAtCompileTime(0x0102030405060708ull)[0] == std::byte{0x08});
+static_assert(PutAtCompileTime(0x0102030405060708ull)[7] == std::byte{0x01});
+static_assert(GetU64(PutAtCompileTime(0x0102030405060708ull).data()) == 0x0102030405060708ull);
+
 TEST(LittleEndian, LeastSignificantByteFirst) {
   std::array<std::byte, 8> out{};
   PutU16(out.data(), 0x0102);
