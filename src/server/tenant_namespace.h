@@ -13,7 +13,7 @@
 //     block means finding a preimage of E_K(m) XOR m under a known K, about 2^128 work for an
 //     ideal cipher (Black, Rogaway and Shrimpton, CRYPTO 2002); collisions take about 2^64,
 //     as they do for SHA-256 cut to 128 bits. The keys of a request go through AES-NI in one
-//     call: about 2 ns a key, where a SHA-256 compression is about 45 (docs/serve.md).
+//     call: a 64-key lookup's in 0.39 us, against 3.8 us with SHA-256 (bench/tenant_gbench.cc).
 //   kSha256 ("kvtier-tenant-v1"): SHA-256("kvtier-tenant-v1\0", le64(len), tenant, key) cut
 //     to 16 bytes, the mapping of stores and pools written before v2.
 //
