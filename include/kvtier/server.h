@@ -44,7 +44,7 @@ class ServiceMetrics;
 // How a tenant's keys become the store's keys (server/tenant_namespace.h). Part of the stored
 // format: every node of a shared pool, and every restart of a persistent store, must use one.
 enum class TenantKeyMapping {
-  kAesMmo,  // "aes_mmo", v2: AES-128 in Matyas-Meyer-Oseas, about 6 ns a key
+  kAesMmo,  // "aes_mmo", v2: AES-128 in Matyas-Meyer-Oseas, about 4 ns a key
   kSha256,  // "sha256", v1: SHA-256, about 60 ns a key; stores and pools written before v2
 };
 

@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <new>
@@ -65,23 +66,27 @@ std::vector<BlockKey> TenantNamespace::Map(std::span<const BlockKey> keys) {
     }
     return mapped;
   }
-  // Every key of every request comes through here: one cipher call for all of them, which
-  // OpenSSL runs through AES-NI several blocks at a time.
-  in_.resize(16 * keys.size());
-  out_.resize(16 * keys.size());
-  for (std::size_t i = 0; i < keys.size(); ++i) PutKey(in_.data() + 16 * i, keys[i]);
-  int written = 0;
-  Check(EVP_EncryptUpdate(aes_.get(), reinterpret_cast<unsigned char*>(out_.data()), &written,
-                          reinterpret_cast<const unsigned char*>(in_.data()), static_cast<int>(in_.size())));
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    std::array<uint64_t, 2> cipher, plain;
-    std::memcpy(cipher.data(), out_.data() + 16 * i, 16);
-    std::memcpy(plain.data(), in_.data() + 16 * i, 16);
-    cipher[0] ^= plain[0];
-    cipher[1] ^= plain[1];
-    std::array<uint8_t, 16> block;
-    std::memcpy(block.data(), cipher.data(), 16);
-    mapped.push_back(BlockKey::FromDigestBytes(block));
+  // Every key of every request comes through here: one cipher call per kChunkKeys keys,
+  // which OpenSSL runs through AES-NI several blocks at a time, on buffers of the stack (a
+  // session keeps nothing of a large request).
+  constexpr std::size_t kChunkKeys = 256;
+  std::array<std::byte, 16 * kChunkKeys> in, out;
+  for (std::size_t first = 0; first < keys.size(); first += kChunkKeys) {
+    const std::size_t n = std::min(kChunkKeys, keys.size() - first);
+    for (std::size_t i = 0; i < n; ++i) PutKey(in.data() + 16 * i, keys[first + i]);
+    int written = 0;
+    Check(EVP_EncryptUpdate(aes_.get(), reinterpret_cast<unsigned char*>(out.data()), &written,
+                            reinterpret_cast<const unsigned char*>(in.data()), static_cast<int>(16 * n)));
+    for (std::size_t i = 0; i < n; ++i) {
+      std::array<uint64_t, 2> cipher, plain;
+      std::memcpy(cipher.data(), out.data() + 16 * i, 16);
+      std::memcpy(plain.data(), in.data() + 16 * i, 16);
+      cipher[0] ^= plain[0];
+      cipher[1] ^= plain[1];
+      std::array<uint8_t, 16> block;
+      std::memcpy(block.data(), cipher.data(), 16);
+      mapped.push_back(BlockKey::FromDigestBytes(block));
+    }
   }
   return mapped;
 }
