@@ -81,13 +81,22 @@ class _Stats:
         pass
 
 
+# The engine's records go to a file of their own (spec["results_path"]), one line each: on
+# its stdout, which vLLM's engine-core process shares, a long record (the phases) was once
+# cut by another process's output written into it, and its run lost.
+_results_path = None
+
+
 def _emit(rec: dict) -> None:
-    print("RESULT " + json.dumps(rec), flush=True)
+    with open(_results_path, "a") as f:
+        f.write(json.dumps(rec) + "\n")
 
 
 def run_engine(spec_path: str) -> int:
+    global _results_path
     with open(spec_path) as f:
         spec = json.load(f)
+    _results_path = spec["results_path"]
     import smoke_generate as sg
     from vllm import SamplingParams
     from vllm.engine.arg_utils import AsyncEngineArgs
@@ -322,12 +331,10 @@ def stop_process_group(proc: subprocess.Popen) -> None:
 
 
 # ------------------------------------------------------------------ orchestration
-def _read(p: subprocess.Popen, lines: list, log, pid, hwm: list) -> None:
+def _read(p: subprocess.Popen, log, pid, hwm: list) -> None:
     for line in p.stdout:
-        lines.append(line)
-        if not line.startswith("RESULT "):
-            log.write(line)
-            log.flush()
+        log.write(line)
+        log.flush()
         if pid:
             hwm[0] = max(hwm[0], vm_hwm_kib(pid))
 
@@ -345,7 +352,8 @@ def run_system(system: str, rep: int, sessions: list, a: argparse.Namespace, out
             spec = {"model": model_args(a), "model_dir": model_dir, "prefix_caching": not a.no_prefix_caching,
                     "gpu_blocks": a.gpu_blocks, "max_batched": a.max_batched, "max_tokens": a.max_tokens,
                     "kv_transfer_config": ktc, "sessions": sessions,
-                    "hit_probe_len": a.hit_probe_len, "hit_probe_settle_s": a.hit_probe_settle}
+                    "hit_probe_len": a.hit_probe_len, "hit_probe_settle_s": a.hit_probe_settle,
+                    "results_path": os.path.join(tmp, "results.jsonl")}
             spec_path = os.path.join(tmp, "spec.json")
             with open(spec_path, "w") as f:
                 json.dump(spec, f)
@@ -361,9 +369,8 @@ def run_system(system: str, rep: int, sessions: list, a: argparse.Namespace, out
             with open(os.path.join(out_dir, f"{tag}.engine.log"), "w") as log:
                 p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--engine", spec_path],
                                      env=env, stdout=subprocess.PIPE, stderr=log, text=True)
-                lines = []
                 try:
-                    _read(p, lines, log, pid, hwm)
+                    _read(p, log, pid, hwm)
                 except BaseException:  # interrupted: the engine and its children go too
                     for q in reversed(tree_pids(p.pid)):
                         with contextlib.suppress(ProcessLookupError):
@@ -376,7 +383,10 @@ def run_system(system: str, rep: int, sessions: list, a: argparse.Namespace, out
                     p.wait()
             if pid:
                 hwm[0] = max(hwm[0], vm_hwm_kib(pid))
-            res = [json.loads(l[7:]) for l in lines if l.startswith("RESULT ")]
+            res = []
+            if os.path.exists(spec["results_path"]):  # an engine that failed early wrote none
+                with open(spec["results_path"]) as f:
+                    res = [json.loads(l) for l in f]
             run["rc"] = p.returncode
             run["cache_peak_rss_mib"] = round(hwm[0] / 1024, 1) if pid else None
     except Exception as e:  # a peer that fails to start: recorded, the others go on
