@@ -82,21 +82,23 @@ std::vector<std::byte> Frame(const protocol::Message& message, uint64_t request_
   return out;
 }
 
-protocol::Put RandomPut(std::mt19937_64& rng) {
+// The frame of a Put of 1-4 random inline blocks.
+std::vector<std::byte> RandomPutFrame(std::mt19937_64& rng, uint64_t request_id) {
   protocol::Put put;
   const int blocks = 1 + static_cast<int>(rng() % 4);
-  for (int i = 0; i < blocks; ++i) {
+  std::vector<std::vector<std::byte>> payloads(static_cast<std::size_t>(blocks));  // what the blocks view
+  for (std::vector<std::byte>& payload : payloads) {
     protocol::PutBlock b;
     b.key = {rng(), rng()};
     b.tokens = 16;
-    b.inline_bytes.resize(4096 * (1 + rng() % 8));
-    for (std::byte& x : b.inline_bytes) x = static_cast<std::byte>(rng());
-    b.checksum = PayloadChecksum(b.inline_bytes);  // protocol version 2 requires it
-    b.payload = {.segment = protocol::PayloadRef::kInline, .offset = 0,
-                 .length = static_cast<uint32_t>(b.inline_bytes.size())};
-    put.blocks.push_back(std::move(b));
+    payload.resize(4096 * (1 + rng() % 8));
+    for (std::byte& x : payload) x = static_cast<std::byte>(rng());
+    b.inline_bytes = payload;
+    b.checksum = PayloadChecksum(payload);  // protocol version 2 requires it
+    b.payload = {.segment = protocol::PayloadRef::kInline, .offset = 0, .length = static_cast<uint32_t>(payload.size())};
+    put.blocks.push_back(b);
   }
-  return put;
+  return Frame(put, request_id);
 }
 
 }  // namespace
@@ -169,7 +171,7 @@ Result<std::string> FlipRedisValue(const testing::RedisServers& redis, int node,
 Status SendTruncatedFrame(const RawTarget& target, std::mt19937_64& rng) {
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Fd> fd, Connect(target));
   KVTIER_RETURN_IF_ERROR(SendAll(*fd, Frame(protocol::Hello{}, 1)));
-  const std::vector<std::byte> put = Frame(RandomPut(rng), 2);
+  const std::vector<std::byte> put = RandomPutFrame(rng, 2);
   const std::size_t cut = 1 + rng() % (put.size() - 1);
   return SendAll(*fd, std::span(put).first(cut));  // and close
 }
@@ -179,7 +181,7 @@ Status SendMalformedFrame(const RawTarget& target, std::mt19937_64& rng) {
   if (rng() % 8 != 0) KVTIER_RETURN_IF_ERROR(SendAll(*fd, Frame(protocol::Hello{}, 1)));
   std::vector<std::byte> frame;
   if (rng() % 2 == 0) {
-    frame = Frame(RandomPut(rng), 2);
+    frame = RandomPutFrame(rng, 2);
     const std::size_t flips = 1 + rng() % 16;  // mutate the body, keep the header
     for (std::size_t i = 0; i < flips && frame.size() > protocol::kHeaderBytes; ++i) {
       frame[protocol::kHeaderBytes + rng() % (frame.size() - protocol::kHeaderBytes)] ^= static_cast<std::byte>(1 + rng() % 255);

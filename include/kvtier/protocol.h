@@ -14,6 +14,12 @@
 // and a Get reply each block's stored one. A server answers every request in the version of
 // its frame, so version 1 clients keep working; docs/protocol.md has the details.
 //
+// Views. A block's inline bytes (PutBlock::inline_bytes, GetReply::inline_blocks) are views,
+// not copies: to encode, into memory the sender keeps until EncodeFrame returns (a Put's
+// caller's buffers, a Get reply's read buffer); decoded, into the payload DecodePayload was
+// given, valid while that is. A payload is then copied once, into the frame, instead of into
+// a message first.
+//
 // Thread-safety: pure functions over values.
 #pragma once
 
@@ -97,7 +103,8 @@ struct PutBlock {
   BlockType type = BlockType::kUserContext;
   TransitionType transition = TransitionType::kSameToolRepeat;
   PayloadRef payload;
-  std::vector<std::byte> inline_bytes;  // when payload.segment == kInline
+  // When payload.segment == kInline: a view (below, "Views").
+  std::span<const std::byte> inline_bytes;
   // Version 2 (required there): PayloadChecksum of the payload as the client computed it.
   // Version 1 carries none (nullopt when decoded).
   std::optional<uint64_t> checksum;
@@ -171,8 +178,8 @@ struct PutReply {
 struct GetReply {
   std::vector<uint32_t> sizes;  // of the blocks read, the stored prefix of the keys
   // The bytes of the blocks read, when the request's destinations were inline (TCP clients);
-  // empty when the server wrote them into the client's shared memory.
-  std::vector<std::vector<std::byte>> inline_blocks;
+  // empty when the server wrote them into the client's shared memory. Views ("Views").
+  std::vector<std::span<const std::byte>> inline_blocks;
   // Version 2 (required there): one per size, the checksum the block's stored bytes were
   // checked against (its writer's). Version 1 carries none.
   std::vector<uint64_t> checksums;

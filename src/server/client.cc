@@ -32,6 +32,10 @@ struct Client::Impl {
   // Sends `request` and waits for its reply: the reply message, or the server's error.
   Result<protocol::Message> Call(const protocol::Message& request, std::span<const int> fds = {}) {
     std::lock_guard lock(mu);
+    return CallLocked(request, fds);
+  }
+  // Call with `mu` held; the reply's views (protocol.h) point into `in`, valid while it is.
+  Result<protocol::Message> CallLocked(const protocol::Message& request, std::span<const int> fds = {}) {
     if (broken) return Status::Unavailable("the connection to the kvtier server broke earlier; connect again");
     const uint64_t id = next_request_id++;
     out.clear();
@@ -74,10 +78,14 @@ struct Client::Impl {
   }
 
   template <typename T>
-  Result<T> CallFor(const protocol::Message& request) {
-    KVTIER_ASSIGN_OR_RETURN(protocol::Message reply, Call(request));
-    if (auto* m = std::get_if<T>(&reply)) return std::move(*m);
+  static Result<T> ReplyOf(Result<protocol::Message> reply) {
+    if (!reply.ok()) return reply.status();
+    if (auto* m = std::get_if<T>(&*reply)) return std::move(*m);
     return Status::Internal("kvtier server sent a reply of the wrong type");
+  }
+  template <typename T>
+  Result<T> CallFor(const protocol::Message& request) {
+    return ReplyOf<T>(Call(request));
   }
 
   // Puts block i of a Get's reply into `dst` (its size): copied from the frame when it came
@@ -241,12 +249,10 @@ Result<protocol::PutReply> Client::Put(std::span<const ClientBlock> blocks, cons
       if (checksums) p.checksum = PayloadChecksum(b.payload);
     } else {
       p.payload.length = static_cast<uint32_t>(b.payload.size());
-      if (checksums) {  // hashed while copied into the frame: one pass over the caller's bytes
-        p.inline_bytes.resize(b.payload.size());
-        p.checksum = CopyWithChecksum(p.inline_bytes, b.payload);
-      } else {
-        p.inline_bytes.assign(b.payload.begin(), b.payload.end());
-      }
+      // Viewed, and copied once, into the frame. Bytes the caller changes after the hash
+      // make the server refuse the block (Corruption), never store it.
+      p.inline_bytes = b.payload;
+      if (checksums) p.checksum = PayloadChecksum(b.payload);
     }
     put.blocks.push_back(std::move(p));
   }
@@ -269,7 +275,9 @@ Result<std::vector<uint32_t>> Client::Get(std::span<const BlockKey> keys, std::s
                                   .length = static_cast<uint32_t>(outs[i].size())});
     }
   }
-  KVTIER_ASSIGN_OR_RETURN(protocol::GetReply reply, impl_->CallFor<protocol::GetReply>(get));
+  // `mu` held until the blocks are out of the reply: its inline blocks are views into `in`.
+  std::lock_guard lock(impl_->mu);
+  KVTIER_ASSIGN_OR_RETURN(protocol::GetReply reply, Impl::ReplyOf<protocol::GetReply>(impl_->CallLocked(get)));
   if (reply.sizes.size() > keys.size()) return Status::Internal("kvtier server read more blocks than asked");
   for (std::size_t i = 0; i < reply.sizes.size(); ++i) {
     if (reply.sizes[i] > outs[i].size()) return Status::Internal("kvtier server sent a block larger than its buffer");

@@ -19,6 +19,7 @@ class Writer {
   void Key(const BlockKey& key) { Keys({&key, 1}); }
   // A run of fields written through Store into bytes appended at once: a lookup's 64 keys or
   // its reply's 128 fields grow the frame once, not once per field.
+  void Reserve(std::size_t more) { out_.reserve(out_.size() + more); }
   std::byte* Extend(std::size_t n) {
     const std::size_t at = out_.size();
     out_.resize(at + n);
@@ -90,10 +91,11 @@ class Reader {
     if (!Take(n, what)) return {};
     return std::string(reinterpret_cast<const char*>(in_.data() + pos_ - n), n);
   }
-  std::vector<std::byte> Bytes(const char* what) {
+  // A length-prefixed run of bytes, viewed where it lies in the input.
+  std::span<const std::byte> Bytes(const char* what) {
     const uint32_t n = Get<uint32_t>(what);
     if (!status_.ok() || !Take(n, what)) return {};
-    return {in_.begin() + static_cast<std::ptrdiff_t>(pos_ - n), in_.begin() + static_cast<std::ptrdiff_t>(pos_)};
+    return in_.subspan(pos_ - n, n);
   }
   PayloadRef Ref(const char* what) {
     PayloadRef ref;
@@ -208,8 +210,11 @@ Status EncodeFrame(const Message& message, uint64_t request_id, MessageType repl
     return Status::InvalidArgument("protocol: cannot encode version " + std::to_string(version));
   }
   const bool checksums = version >= 2;  // end-to-end checksums in Put and in Get's reply
-  std::vector<std::byte> payload;
-  Writer w(payload);
+  // The payload is encoded in place after room for the header, which is written once the
+  // payload says what it is: a block's bytes are copied into the frame once, not twice.
+  const std::size_t frame_start = out.size();
+  out.resize(frame_start + kHeaderBytes);
+  Writer w(out);
   MessageType type = MessageType::kError;
   bool reply = true;
   Status checked = Status::Ok();
@@ -249,6 +254,9 @@ Status EncodeFrame(const Message& message, uint64_t request_id, MessageType repl
             w.Put(static_cast<uint8_t>(m.parent.has_value()));
             if (m.parent) w.Key(*m.parent);
             w.Put(static_cast<uint32_t>(m.blocks.size()));
+            std::size_t inline_total = 0;
+            for (const PutBlock& b : m.blocks) inline_total += b.inline_bytes.size();
+            w.Reserve(inline_total + m.blocks.size() * 64);
             for (const PutBlock& b : m.blocks) {
               w.Key(b.key);
               w.Put(b.tokens);
@@ -376,6 +384,9 @@ Status EncodeFrame(const Message& message, uint64_t request_id, MessageType repl
               if (checksums) w.Put(i < m.checksums.size() ? m.checksums[i] : uint64_t{0});
             }
             w.Put(static_cast<uint32_t>(m.inline_blocks.size()));
+            std::size_t inline_total = 0;
+            for (const auto& b : m.inline_blocks) inline_total += b.size() + 4;
+            w.Reserve(inline_total);
             for (const auto& b : m.inline_blocks) w.Bytes(b);
           },
           [&](const PinReply& m) {
@@ -394,20 +405,23 @@ Status EncodeFrame(const Message& message, uint64_t request_id, MessageType repl
           },
       },
       message);
-  KVTIER_RETURN_IF_ERROR(checked);
-  if (payload.size() > limits.max_payload_bytes) {
-    return Status::InvalidArgument("protocol: a " + std::to_string(payload.size()) + "-byte payload is over the " +
-                                   std::to_string(limits.max_payload_bytes) + "-byte limit; send payloads in shared memory");
+  const std::size_t payload_bytes = out.size() - frame_start - kHeaderBytes;
+  if (checked.ok() && payload_bytes > limits.max_payload_bytes) {
+    checked = Status::InvalidArgument("protocol: a " + std::to_string(payload_bytes) + "-byte payload is over the " +
+                                      std::to_string(limits.max_payload_bytes) + "-byte limit; send payloads in shared memory");
   }
-  Writer header(out);
-  header.Put(kMagic);
-  header.Put(version);
-  header.Put(static_cast<uint16_t>(static_cast<uint16_t>(type) | (reply ? kReplyBit : 0)));
-  header.Put(request_id);
-  header.Put(static_cast<uint32_t>(payload.size()));
-  header.Put(uint16_t{0});
-  header.Put(uint16_t{0});
-  out.insert(out.end(), payload.begin(), payload.end());
+  if (!checked.ok()) {
+    out.resize(frame_start);  // `out` as it was: a failed encoding appends nothing
+    return checked;
+  }
+  std::byte* header = out.data() + frame_start;
+  header = Writer::Store(header, kMagic);
+  header = Writer::Store(header, version);
+  header = Writer::Store(header, static_cast<uint16_t>(static_cast<uint16_t>(type) | (reply ? kReplyBit : 0)));
+  header = Writer::Store(header, request_id);
+  header = Writer::Store(header, static_cast<uint32_t>(payload_bytes));
+  header = Writer::Store(header, uint16_t{0});
+  Writer::Store(header, uint16_t{0});
   return Status::Ok();
 }
 
@@ -598,7 +612,7 @@ Result<Message> DecodePayload(const FrameHeader& h, std::span<const std::byte> p
       }
       case MessageType::kExpect: out = ExpectReply{r.Get<uint64_t>("expect id")}; break;
       case MessageType::kStats: {
-        const std::vector<std::byte> json = r.Bytes("stats");
+        const std::span<const std::byte> json = r.Bytes("stats");
         out = StatsReply{std::string(reinterpret_cast<const char*>(json.data()), json.size())};
         break;
       }

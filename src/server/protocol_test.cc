@@ -4,16 +4,19 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <list>
 
 #include <gtest/gtest.h>
 
 namespace kvtier::protocol {
 namespace {
 
-// Encodes a message, decodes it back, and returns what came out.
+// Encodes a message, decodes it back, and returns what came out. Its inline bytes view the
+// frame, which is kept for the rest of the test program.
 Message RoundTrip(const Message& m, MessageType reply_to = MessageType::kError, uint16_t version = kVersion) {
   const Limits limits;
-  std::vector<std::byte> frame;
+  static std::list<std::vector<std::byte>> frames;
+  std::vector<std::byte>& frame = frames.emplace_back();
   const Status encoded = EncodeFrame(m, 42, reply_to, limits, frame, version);
   EXPECT_TRUE(encoded.ok()) << encoded.ToString();
   Result<FrameHeader> h = DecodeHeader(frame, limits);
@@ -24,6 +27,13 @@ Message RoundTrip(const Message& m, MessageType reply_to = MessageType::kError, 
   Result<Message> back = DecodePayload(*h, std::span(frame).subspan(kHeaderBytes), limits);
   EXPECT_TRUE(back.ok()) << back.status().ToString();
   return back.ok() ? *back : Message{};
+}
+
+std::vector<std::byte> Owned(std::span<const std::byte> view) { return {view.begin(), view.end()}; }
+std::vector<std::vector<std::byte>> Owned(const std::vector<std::span<const std::byte>>& views) {
+  std::vector<std::vector<std::byte>> owned;
+  for (const auto& v : views) owned.push_back(Owned(v));
+  return owned;
 }
 
 TEST(Protocol, EveryRequestRoundTrips) {
@@ -41,14 +51,14 @@ TEST(Protocol, EveryRequestRoundTrips) {
   put.blocks.push_back({.key = {9, 10}, .tokens = 16, .type = BlockType::kToolContext,
                         .transition = TransitionType::kToolSwitch, .payload = {.segment = 0, .offset = 4096, .length = 1 << 20},
                         .checksum = 0x0123456789abcdefull});
-  put.blocks.push_back({.key = {11, 12}, .tokens = 3, .payload = {.length = 3}, .inline_bytes = {std::byte{1}, std::byte{2}, std::byte{3}},
-                        .checksum = 5});
+  const std::vector<std::byte> three{std::byte{1}, std::byte{2}, std::byte{3}};
+  put.blocks.push_back({.key = {11, 12}, .tokens = 3, .payload = {.length = 3}, .inline_bytes = three, .checksum = 5});
   const auto p = std::get<Put>(RoundTrip(put));
   ASSERT_EQ(p.blocks.size(), 2u);
   EXPECT_EQ(p.parent, put.parent);
   EXPECT_EQ(p.blocks[0].type, BlockType::kToolContext);
   EXPECT_EQ(p.blocks[0].payload.offset, 4096u);
-  EXPECT_EQ(p.blocks[1].inline_bytes, put.blocks[1].inline_bytes);
+  EXPECT_EQ(Owned(p.blocks[1].inline_bytes), three);
   EXPECT_EQ(p.blocks[0].checksum, 0x0123456789abcdefull);
   EXPECT_EQ(p.blocks[1].checksum, 5u);
 
@@ -82,8 +92,10 @@ TEST(Protocol, EveryReplyRoundTrips) {
   const auto shared_get = std::get<GetReply>(RoundTrip(GetReply{{10, 20}, {}, {0xab, 0xcd}}));
   EXPECT_EQ(shared_get.sizes, (std::vector<uint32_t>{10, 20}));
   EXPECT_EQ(shared_get.checksums, (std::vector<uint64_t>{0xab, 0xcd}));
-  const GetReply inline_get{{2, 1}, {{std::byte{7}, std::byte{8}}, {std::byte{9}}}, {1, 2}};
-  EXPECT_EQ(std::get<GetReply>(RoundTrip(inline_get)).inline_blocks, inline_get.inline_blocks);
+  const std::vector<std::byte> seven_eight{std::byte{7}, std::byte{8}}, nine{std::byte{9}};
+  const GetReply inline_get{{2, 1}, {seven_eight, nine}, {1, 2}};
+  EXPECT_EQ(Owned(std::get<GetReply>(RoundTrip(inline_get)).inline_blocks),
+            (std::vector<std::vector<std::byte>>{seven_eight, nine}));
   EXPECT_EQ(std::get<PinReply>(RoundTrip(PinReply{9, 4})).pinned_blocks, 4u);
   EXPECT_EQ(std::get<ExpectReply>(RoundTrip(ExpectReply{12})).expect_id, 12u);
   EXPECT_TRUE(std::holds_alternative<EmptyReply>(RoundTrip(EmptyReply{}, MessageType::kUnexpect)));
@@ -95,12 +107,13 @@ TEST(Protocol, EveryReplyRoundTrips) {
 // checksums, and version 2 refuses to go without them.
 TEST(Protocol, VersionOneCarriesNoChecksumsAndVersionTwoRequiresThem) {
   Put put;
-  put.blocks.push_back({.key = {1, 2}, .tokens = 1, .payload = {.length = 1}, .inline_bytes = {std::byte{4}}, .checksum = 9});
+  const std::vector<std::byte> four{std::byte{4}};
+  put.blocks.push_back({.key = {1, 2}, .tokens = 1, .payload = {.length = 1}, .inline_bytes = four, .checksum = 9});
   const auto p = std::get<Put>(RoundTrip(put, MessageType::kError, 1));
   ASSERT_EQ(p.blocks.size(), 1u);
   EXPECT_EQ(p.blocks[0].checksum, std::nullopt);
-  EXPECT_EQ(p.blocks[0].inline_bytes, put.blocks[0].inline_bytes);
-  const auto g = std::get<GetReply>(RoundTrip(GetReply{{1}, {{std::byte{4}}}, {9}}, MessageType::kError, 1));
+  EXPECT_EQ(Owned(p.blocks[0].inline_bytes), four);
+  const auto g = std::get<GetReply>(RoundTrip(GetReply{{1}, {four}, {9}}, MessageType::kError, 1));
   EXPECT_EQ(g.sizes, (std::vector<uint32_t>{1}));
   EXPECT_TRUE(g.checksums.empty());
   EXPECT_EQ(std::get<HelloReply>(RoundTrip(HelloReply{.version = 1, .tier_count = 2}, MessageType::kError, 1)).version, 1u);
@@ -168,6 +181,41 @@ TEST(Protocol, LimitsBoundFramesBatchesAndStrings) {
   frame.clear();
   ASSERT_TRUE(EncodeFrame(Lookup{{{{1, 1}, {2, 2}, {3, 3}, {4, 4}, {5, 5}}}}, 1, MessageType::kError, Limits{}, frame).ok());
   EXPECT_EQ(DecodeHeader(frame, tiny).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Frames are appended to what `out` holds, each whole; one that cannot be encoded (a payload
+// over the limit, a batch too large) appends nothing.
+TEST(Protocol, FramesAppendAndAFailedEncodingLeavesTheBufferAsItWas) {
+  std::vector<std::byte> frames;
+  ASSERT_TRUE(EncodeFrame(Stats{}, 1, MessageType::kError, Limits{}, frames).ok());
+  const std::vector<std::byte> first = frames;
+  Limits tiny;
+  tiny.max_payload_bytes = 64;
+  const std::vector<std::byte> big(65, std::byte{1});
+  const GetReply too_big{{65}, {big}, {7}};
+  EXPECT_EQ(EncodeFrame(too_big, 2, MessageType::kGet, tiny, frames).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(frames, first);
+  tiny.max_batch = 1;
+  EXPECT_EQ(EncodeFrame(Pin{{{1, 1}, {2, 2}}}, 3, MessageType::kError, tiny, frames).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(frames, first);
+
+  const GetReply small{{3}, {std::span(big).first(3)}, {7}};
+  ASSERT_TRUE(EncodeFrame(small, 4, MessageType::kGet, Limits{}, frames).ok());
+  ASSERT_EQ(std::vector<std::byte>(frames.begin(), frames.begin() + static_cast<std::ptrdiff_t>(first.size())), first);
+  const std::span<const std::byte> second = std::span(frames).subspan(first.size());
+  Result<FrameHeader> h = DecodeHeader(second, Limits{});
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(h->request_id, 4u);
+  EXPECT_TRUE(h->reply);
+  ASSERT_EQ(h->payload_bytes + kHeaderBytes, second.size());
+  Result<Message> back = DecodePayload(*h, second.subspan(kHeaderBytes), Limits{});
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  const auto& g = std::get<GetReply>(*back);
+  ASSERT_EQ(g.inline_blocks.size(), 1u);
+  EXPECT_EQ(Owned(g.inline_blocks[0]), std::vector<std::byte>(3, std::byte{1}));
+  // Decoded without a copy: the block is viewed where it lies in the frame.
+  EXPECT_GE(g.inline_blocks[0].data(), second.data());
+  EXPECT_LE(g.inline_blocks[0].data() + 3, second.data() + second.size());
 }
 
 // The fuzzers' seed frames (written by hand, byte by byte, from docs/protocol.md) decode.

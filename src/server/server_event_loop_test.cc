@@ -40,13 +40,17 @@ std::vector<std::byte> Payload(uint64_t chain, std::size_t bytes = kBlockBytes) 
   return payload;
 }
 
-// A put of one 4 KiB block, its payload checksummed as a client sends it.
-protocol::Put OneBlockPut(const BlockKey& key, uint64_t seed) {
-  const std::vector<std::byte> payload = Payload(seed, 4096);
+// A put of one 4 KiB block, its payload checksummed as a client sends it. `put` views `payload`.
+struct OneBlockPut {
+  OneBlockPut(const BlockKey& key, uint64_t seed) : payload(Payload(seed, 4096)) {
+    put.blocks.push_back({.key = key, .payload = {.length = 4096}, .inline_bytes = payload, .checksum = PayloadChecksum(payload)});
+  }
+  OneBlockPut(const OneBlockPut&) = delete;
+  OneBlockPut& operator=(const OneBlockPut&) = delete;
+
+  std::vector<std::byte> payload;
   protocol::Put put;
-  put.blocks.push_back({.key = key, .payload = {.length = 4096}, .inline_bytes = payload, .checksum = PayloadChecksum(payload)});
-  return put;
-}
+};
 
 // A connection that speaks frames itself: it can pipeline, stop halfway or never read.
 class RawConnection {
@@ -59,12 +63,11 @@ class RawConnection {
     KVTIER_RETURN_IF_ERROR(protocol::EncodeFrame(m, request_id, protocol::MessageType::kError, {}, frame));
     return socket_.Send(frame);
   }
-  // The next reply, and its request id.
+  // The next reply, and its request id; its inline blocks are valid until the next Receive.
   Result<std::pair<uint64_t, protocol::Message>> Receive() {
-    std::vector<std::byte> payload;
     std::vector<ScopedFd> fds;
-    KVTIER_ASSIGN_OR_RETURN(protocol::FrameHeader header, socket_.Receive({}, payload, fds));
-    KVTIER_ASSIGN_OR_RETURN(protocol::Message m, protocol::DecodePayload(header, payload, {}));
+    KVTIER_ASSIGN_OR_RETURN(protocol::FrameHeader header, socket_.Receive({}, payload_, fds));
+    KVTIER_ASSIGN_OR_RETURN(protocol::Message m, protocol::DecodePayload(header, payload_, {}));
     return std::pair<uint64_t, protocol::Message>(header.request_id, std::move(m));
   }
   // Hello without shared memory, and its reply.
@@ -77,6 +80,7 @@ class RawConnection {
 
  private:
   server::FrameSocket socket_;
+  std::vector<std::byte> payload_;  // the last reply's: what its inline blocks view
 };
 
 class ServerEventLoopTest : public ::testing::Test {
@@ -178,8 +182,9 @@ TEST_F(ServerEventLoopTest, ClientStalledMidFrameDoesNotDelayOthersEvenWithOneWo
   RawConnection stalled(ConnectUnix());
   ASSERT_TRUE(stalled.Hello().ok());
   protocol::Put put;
-  put.blocks.push_back({.key = Key(1, 0), .payload = {.length = kBlockBytes}, .inline_bytes = Payload(1),
-                        .checksum = PayloadChecksum(Payload(1))});
+  const std::vector<std::byte> stalled_payload = Payload(1);
+  put.blocks.push_back({.key = Key(1, 0), .payload = {.length = kBlockBytes}, .inline_bytes = stalled_payload,
+                        .checksum = PayloadChecksum(stalled_payload)});
   std::vector<std::byte> frame;
   ASSERT_TRUE(protocol::EncodeFrame(put, 2, protocol::MessageType::kError, {}, frame).ok());
   ASSERT_EQ(::write(stalled.fd(), frame.data(), frame.size() / 2), static_cast<ssize_t>(frame.size() / 2));
@@ -245,7 +250,7 @@ TEST_F(ServerEventLoopTest, ClientThatNeverReadsItsRepliesDoesNotStopOthers) {
     Result<std::pair<uint64_t, protocol::Message>> reply = hog.Receive();
     ASSERT_TRUE(reply.ok()) << reply.status().ToString();
     ASSERT_TRUE(std::holds_alternative<protocol::GetReply>(reply->second));
-    EXPECT_EQ(std::get<protocol::GetReply>(reply->second).inline_blocks.at(0), big);
+    EXPECT_TRUE(std::ranges::equal(std::get<protocol::GetReply>(reply->second).inline_blocks.at(0), big));
   }
 }
 
@@ -262,7 +267,7 @@ TEST_F(ServerEventLoopTest, PipelinedRequestsComeBackInOrder) {
   std::vector<std::byte> frames;
   for (uint64_t i = 0; i < kRounds; ++i) {
     std::vector<std::byte> frame;
-    ASSERT_TRUE(protocol::EncodeFrame(OneBlockPut(Key(3, i), i), 2 * i + 10, protocol::MessageType::kError, {}, frame).ok());
+    ASSERT_TRUE(protocol::EncodeFrame(OneBlockPut(Key(3, i), i).put, 2 * i + 10, protocol::MessageType::kError, {}, frame).ok());
     frames.insert(frames.end(), frame.begin(), frame.end());
     frame.clear();  // EncodeFrame appends
     ASSERT_TRUE(protocol::EncodeFrame(protocol::Lookup{{{Key(3, i)}, {Key(3, i + 1)}}}, 2 * i + 11, protocol::MessageType::kError, {}, frame).ok());
@@ -296,7 +301,7 @@ TEST_F(ServerEventLoopTest, ConnectionsOnSeveralLoopsShareOneStoreAndLeaveCleanl
     ASSERT_TRUE(clients.back()->Hello().ok()) << c;
   }
   for (uint64_t c = 0; c < kClients; ++c) {
-    ASSERT_TRUE(clients[c]->Send(OneBlockPut(Key(6, c), c), 1).ok());
+    ASSERT_TRUE(clients[c]->Send(OneBlockPut(Key(6, c), c).put, 1).ok());
   }
   for (uint64_t c = 0; c < kClients; ++c) {
     Result<std::pair<uint64_t, protocol::Message>> reply = clients[c]->Receive();
@@ -336,11 +341,11 @@ TEST_F(ServerEventLoopTest, LookupsAreAnsweredWhileTheOnlyWorkerWaitsOnASlowTier
   RawConnection writer(ConnectUnix()), reader(ConnectUnix());
   ASSERT_TRUE(writer.Hello().ok());
   ASSERT_TRUE(reader.Hello().ok());
-  ASSERT_TRUE(writer.Send(OneBlockPut(Key(5, 0), 5), 3).ok());
+  ASSERT_TRUE(writer.Send(OneBlockPut(Key(5, 0), 5).put, 3).ok());
   ASSERT_TRUE(writer.Receive().ok());
   // The next put holds the only worker for 3 s in the tier; a lookup needs no worker.
   slow.AddLatency(std::chrono::seconds(3));
-  ASSERT_TRUE(writer.Send(OneBlockPut(Key(5, 1), 5), 4).ok());
+  ASSERT_TRUE(writer.Send(OneBlockPut(Key(5, 1), 5).put, 4).ok());
   const auto deadline = Clock::now() + std::chrono::seconds(10);
   while (metrics_.Read().in_flight < 1 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_EQ(metrics_.Read().in_flight, 1);
@@ -388,7 +393,7 @@ TEST_F(ServerEventLoopTest, ShutdownFinishesTheRequestsInFlightAndSendsTheirRepl
     ASSERT_TRUE(clients.back()->Hello().ok());
   }
   for (uint32_t c = 0; c < kClients; ++c) {
-    ASSERT_TRUE(clients[c]->Send(OneBlockPut(Key(4, c), c), 7).ok());
+    ASSERT_TRUE(clients[c]->Send(OneBlockPut(Key(4, c), c).put, 7).ok());
   }
   // Every put is being served (each waits in the slow tier) when the server is told to stop.
   const auto deadline = Clock::now() + std::chrono::seconds(10);

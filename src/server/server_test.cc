@@ -108,9 +108,10 @@ class ServerTest : public ::testing::Test {
     std::optional<server::SharedSegment> segment;
     uint16_t version = protocol::kVersion;
     uint64_t next_id = 1;
+    std::vector<std::byte> payload;  // the last reply's: what its inline blocks view
 
     Result<protocol::Message> Call(const protocol::Message& m, std::span<const int> fds = {}) {
-      std::vector<std::byte> frame, payload;
+      std::vector<std::byte> frame;
       KVTIER_RETURN_IF_ERROR(protocol::EncodeFrame(m, next_id++, protocol::MessageType::kError, {}, frame, version));
       KVTIER_RETURN_IF_ERROR(socket->Send(frame, fds));
       std::vector<ScopedFd> no_fds;
@@ -355,8 +356,9 @@ TEST_F(ServerTest, StalledAndVanishingClientsDoNotStallOthers) {
   ScopedFd stalled = RawConnect();
   std::vector<std::byte> frame;
   protocol::Put put;
-  put.blocks.push_back({.key = Key(9, 0), .payload = {.length = kBlockBytes}, .inline_bytes = Payload(9, 0),
-                        .checksum = PayloadChecksum(Payload(9, 0))});
+  const std::vector<std::byte> payload = Payload(9, 0);
+  put.blocks.push_back({.key = Key(9, 0), .payload = {.length = kBlockBytes}, .inline_bytes = payload,
+                        .checksum = PayloadChecksum(payload)});
   ASSERT_TRUE(protocol::EncodeFrame(put, 1, protocol::MessageType::kError, {}, frame).ok());
   ASSERT_EQ(::write(stalled.get(), frame.data(), frame.size() / 2), static_cast<ssize_t>(frame.size() / 2));
   {
@@ -539,7 +541,7 @@ TEST_F(ServerTest, PutOfBytesChangedAfterTheClientHashedThemIsRefused) {
   std::vector<std::byte> bytes = Payload(6, 0);
   inline_put.blocks.push_back({.key = Key(6, 0), .payload = {.length = kBlockBytes}, .inline_bytes = bytes,
                                .checksum = PayloadChecksum(bytes)});
-  inline_put.blocks[0].inline_bytes[77] ^= std::byte{1};
+  bytes[77] ^= std::byte{1};  // after the checksum: as if changed on its way
   reply = raw->Call(inline_put);
   ASSERT_TRUE(reply.ok());
   ASSERT_TRUE(std::holds_alternative<protocol::ErrorReply>(*reply));

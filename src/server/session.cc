@@ -205,24 +205,30 @@ Reply Session::Put(const protocol::Put& m) {
 Reply Session::Get(const protocol::Get& m, uint16_t version) {
   std::vector<std::span<std::byte>> outs;
   outs.reserve(m.keys.size());
-  // Inline destinations (TCP clients) are read into buffers the reply then carries; their
-  // total is bounded like a frame, which bounds the memory one client can make us hold.
-  std::vector<std::vector<std::byte>> inline_blocks;
-  uint64_t inline_total = 0;
+  // Inline destinations (TCP clients) are read into one buffer the reply then carries; their
+  // total is bounded like a frame, which bounds the memory one client can make us hold. It is
+  // not zeroed: the reply views only the bytes the store wrote.
+  uint64_t inline_total = 0, inline_bytes = 0;
   const bool inline_reply = !m.destinations.empty() && m.destinations[0].segment == protocol::PayloadRef::kInline;
   for (const protocol::PayloadRef& d : m.destinations) {
     if ((d.segment == protocol::PayloadRef::kInline) != inline_reply) {
       return Error(Status::InvalidArgument("a Get's destinations must be all inline or all shared"));
     }
+    // each block's bytes plus its size and length fields (and its checksum in version 2)
+    inline_total += uint64_t{d.length} + (version >= 2 ? 16 : 8);
+    inline_bytes += d.length;
+    if (inline_reply && inline_total + 8 > options_.limits.max_payload_bytes) {
+      return Error(Status::ResourceExhausted("a Get of " + std::to_string(inline_total) +
+                                             " inline bytes is over the frame limit; use shared memory or smaller batches"));
+    }
+  }
+  std::unique_ptr<std::byte[]> inline_storage;
+  if (inline_reply) inline_storage = std::make_unique_for_overwrite<std::byte[]>(inline_bytes);
+  std::size_t inline_at = 0;
+  for (const protocol::PayloadRef& d : m.destinations) {
     if (inline_reply) {
-      // each block's bytes plus its size and length fields (and its checksum in version 2)
-      inline_total += uint64_t{d.length} + (version >= 2 ? 16 : 8);
-      if (inline_total + 8 > options_.limits.max_payload_bytes) {
-        return Error(Status::ResourceExhausted("a Get of " + std::to_string(inline_total) +
-                                               " inline bytes is over the frame limit; use shared memory or smaller batches"));
-      }
-      inline_blocks.emplace_back(d.length);
-      outs.emplace_back(inline_blocks.back());
+      outs.emplace_back(inline_storage.get() + inline_at, d.length);
+      inline_at += d.length;
     } else {
       Result<std::span<std::byte>> shared = Resolve(d);
       if (!shared.ok()) return Error(shared.status());
@@ -243,11 +249,9 @@ Reply Session::Get(const protocol::Get& m, uint16_t version) {
     bytes += sizes[i];
   }
   if (inline_reply) {
-    inline_blocks.resize(*read);
-    for (std::size_t i = 0; i < *read; ++i) inline_blocks[i].resize(sizes[i]);
-    reply.inline_blocks = std::move(inline_blocks);
+    for (std::size_t i = 0; i < *read; ++i) reply.inline_blocks.push_back(outs[i].first(sizes[i]));
   }
-  return {std::move(reply), false, *read, bytes};
+  return {.message = std::move(reply), .blocks = *read, .payload_bytes = bytes, .inline_storage = std::move(inline_storage)};
 }
 
 Reply Session::Pin(const protocol::Pin& m) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -24,6 +25,8 @@ struct Reply {
   bool close = false;  // close the connection once the reply is sent (a refused Hello)
   uint64_t blocks = 0, payload_bytes = 0;  // what the request moved, for the metrics
   uint64_t put_checksum_mismatches = 0;    // Put blocks refused for their end-to-end checksum
+  // What a Get reply's inline blocks view (protocol.h, "Views"): kept until it is encoded.
+  std::unique_ptr<std::byte[]> inline_storage;
 };
 
 class Session {
