@@ -3,6 +3,7 @@
 // per test, by testing/test_certs.h.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <chrono>
@@ -13,7 +14,9 @@
 #include "kvtier/client.h"
 #include "kvtier/server.h"
 #include "kvtier/tiers.h"
+#include "kvtier/protocol.h"
 #include "server/service_metrics.h"
+#include "server/tls.h"
 #include "testing/test_certs.h"
 #include "testing/test_store.h"
 #include "util/posix_file.h"
@@ -171,6 +174,54 @@ TEST_F(TlsTest, WritingToAVanishedPeerIsAnErrorNotSigpipe) {
   const std::vector<ClientBlock> blocks = {{.key = Key(5), .payload = big}};
   EXPECT_EQ((*client)->Put(blocks).status().code(), StatusCode::kUnavailable);
   EXPECT_EQ((*client)->Put(blocks).status().code(), StatusCode::kUnavailable);
+}
+
+// Requests sent back to back, each in TLS records of its own, arrive in one read of the
+// server's (it reads ahead): it answers every one, though only the first record was decrypted
+// when the socket went quiet.
+TEST_F(TlsTest, PipelinedRequestsInRecordsReadAheadAreAllAnswered) {
+  StartServer(TlsOptions());
+  ScopedFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(server_->tcp_port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  Result<std::unique_ptr<server::TlsContext>> context = server::TlsContext::ForClient(Trusting(pki_).tls);
+  ASSERT_TRUE(context.ok()) << context.status().ToString();
+  Result<std::unique_ptr<server::ByteStream>> stream = (*context)->Connect(fd.get(), "127.0.0.1", 5000);
+  ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+  constexpr uint64_t kRequests = 8;
+  std::vector<std::byte> frame;
+  ASSERT_TRUE(protocol::EncodeFrame(protocol::Hello{}, 1, protocol::MessageType::kError, {}, frame).ok());
+  ASSERT_TRUE((*stream)->Write(frame, {}, 5000).ok());
+  int on = 1, off = 0;  // the records leave together, uncorked, and arrive in one read
+  ASSERT_EQ(::setsockopt(fd.get(), IPPROTO_TCP, TCP_CORK, &on, sizeof(on)), 0);
+  for (uint64_t id = 2; id <= kRequests; ++id) {  // one Write, so one record, each
+    frame.clear();
+    ASSERT_TRUE(protocol::EncodeFrame(protocol::Stats{}, id, protocol::MessageType::kError, {}, frame).ok());
+    ASSERT_TRUE((*stream)->Write(frame, {}, 5000).ok());
+  }
+  ASSERT_EQ(::setsockopt(fd.get(), IPPROTO_TCP, TCP_CORK, &off, sizeof(off)), 0);
+  std::vector<std::byte> in;
+  std::vector<ScopedFd> fds;
+  std::vector<uint64_t> answered;
+  while (answered.size() < kRequests) {
+    std::byte chunk[4096];
+    Result<std::size_t> n = (*stream)->ReadSome(chunk, fds, 5000);
+    ASSERT_TRUE(n.ok()) << n.status().ToString() << " after " << answered.size() << " replies";
+    ASSERT_GT(*n, 0u);
+    in.insert(in.end(), chunk, chunk + *n);
+    while (in.size() >= protocol::kHeaderBytes) {
+      Result<protocol::FrameHeader> h = protocol::DecodeHeader(in, {});
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      if (in.size() < protocol::kHeaderBytes + h->payload_bytes) break;
+      EXPECT_TRUE(h->reply);
+      answered.push_back(h->request_id);
+      in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(protocol::kHeaderBytes + h->payload_bytes));
+    }
+  }
+  EXPECT_EQ(answered, (std::vector<uint64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
 }
 
 TEST_F(TlsTest, TlsClientOnAPlainPortFailsCleanly) {
