@@ -136,18 +136,25 @@ class TlsStream final : public ByteStream {
     ::ERR_clear_error();
     std::size_t n = 0;
     const int rc = ::SSL_read_ex(ssl_.get(), into.data(), into.size(), &n);
+    starved_ = false;
     if (rc == 1) return StreamProgress{.bytes = n};
     const int error = ::SSL_get_error(ssl_.get(), rc);
     if (error == SSL_ERROR_ZERO_RETURN) return StreamProgress{.end = true};
     // A socket shut down under us (the server stopping) reads as an end of stream too.
     if (error == SSL_ERROR_SYSCALL && ::ERR_peek_error() == 0) return StreamProgress{.end = true};
     KVTIER_ASSIGN_OR_RETURN(short wants, Wants(rc, "receive"));
+    starved_ = wants == POLLIN;
     return StreamProgress{.wants = wants};
   }
 
   bool ConcurrentReadWrite() const override { return false; }
-  // Records read ahead (NewContext) but not yet decrypted count too.
-  bool Buffered() const override { return ::SSL_has_pending(ssl_.get()) == 1; }
+  // Records read ahead (NewContext) but not yet decrypted count too, unless the last read
+  // wanted more from the socket: what waits then is part of a record, which only the
+  // socket's next bytes complete (and epoll reports those), so the event loop does not spin
+  // on it.
+  bool Buffered() const override {
+    return ::SSL_pending(ssl_.get()) > 0 || (!starved_ && ::SSL_has_pending(ssl_.get()) == 1);
+  }
 
  private:
   // After an operation returned `rc`: the socket readiness it waits for, or why it failed.
@@ -163,6 +170,7 @@ class TlsStream final : public ByteStream {
   }
 
   SslPtr ssl_;
+  bool starved_ = false;  // the last read wanted more bytes from the socket
 };
 
 // One step of SSL_accept or SSL_connect on a non-blocking socket: 0 when the handshake is

@@ -3,6 +3,7 @@
 // per test, by testing/test_certs.h.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <openssl/ssl.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
@@ -222,6 +223,56 @@ TEST_F(TlsTest, PipelinedRequestsInRecordsReadAheadAreAllAnswered) {
     }
   }
   EXPECT_EQ(answered, (std::vector<uint64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+}
+
+// A request whose TLS record has only half arrived waits in the server's read-ahead buffer.
+// The event loop must wait for the socket then, not spin on those bytes; the request is
+// answered once the rest comes.
+TEST_F(TlsTest, HalfARecordWaitsWithoutSpinningTheEventLoop) {
+  StartServer(TlsOptions());
+  ScopedFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(server_->tcp_port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  // A client of OpenSSL's own, whose records this test can cut: written into memory, then
+  // sent by hand.
+  std::unique_ptr<SSL_CTX, decltype(&::SSL_CTX_free)> ctx(::SSL_CTX_new(::TLS_client_method()), &::SSL_CTX_free);
+  ASSERT_NE(ctx, nullptr);
+  std::unique_ptr<SSL, decltype(&::SSL_free)> ssl(::SSL_new(ctx.get()), &::SSL_free);
+  ASSERT_NE(ssl, nullptr);
+  ASSERT_EQ(::SSL_set_fd(ssl.get(), fd.get()), 1);
+  ASSERT_EQ(::SSL_connect(ssl.get()), 1);
+  BIO* written = ::BIO_new(::BIO_s_mem());
+  ::SSL_set0_wbio(ssl.get(), written);  // the session owns it
+  std::vector<std::byte> frame;
+  ASSERT_TRUE(protocol::EncodeFrame(protocol::Hello{}, 1, protocol::MessageType::kError, {}, frame).ok());
+  ASSERT_EQ(::SSL_write(ssl.get(), frame.data(), static_cast<int>(frame.size())), static_cast<int>(frame.size()));
+  char* record = nullptr;
+  const long record_bytes = ::BIO_ctrl(written, BIO_CTRL_INFO, 0, &record);
+  ASSERT_GT(record_bytes, 8);
+  const auto half = static_cast<std::size_t>(record_bytes / 2);
+  ASSERT_EQ(::send(fd.get(), record, half, 0), static_cast<ssize_t>(half));
+
+  const uint64_t before_ns = metrics_.Read().event_loop_cpu_ns;
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  const uint64_t spent_ns = metrics_.Read().event_loop_cpu_ns - before_ns;
+  EXPECT_LT(spent_ns, 100'000'000u) << "the event loops spent " << spent_ns / 1'000'000 << " ms of CPU waiting";
+
+  const auto rest = static_cast<std::size_t>(record_bytes) - half;
+  ASSERT_EQ(::send(fd.get(), record + half, rest, 0), static_cast<ssize_t>(rest));
+  std::byte header[protocol::kHeaderBytes];
+  std::size_t got = 0;
+  while (got < sizeof(header)) {
+    const int n = ::SSL_read(ssl.get(), header + got, static_cast<int>(sizeof(header) - got));
+    ASSERT_GT(n, 0) << "no reply";
+    got += static_cast<std::size_t>(n);
+  }
+  Result<protocol::FrameHeader> h = protocol::DecodeHeader(header, {});
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_TRUE(h->reply);
+  EXPECT_EQ(h->request_id, 1u);
 }
 
 TEST_F(TlsTest, TlsClientOnAPlainPortFailsCleanly) {
