@@ -22,6 +22,7 @@
 #include "server/frame_io.h"
 #include "server/service_metrics.h"
 #include "testing/faulty_tier.h"
+#include "testing/loopback.h"
 #include "testing/test_store.h"
 #include "util/posix_file.h"
 
@@ -122,15 +123,7 @@ class ServerEventLoopTest : public ::testing::Test {
     return fd;
   }
 
-  ScopedFd ConnectTcp() const {
-    ScopedFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(server_->tcp_port());
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) return ScopedFd();
-    return fd;
-  }
+  ScopedFd ConnectTcp() const { return testing::ConnectLoopbackTcp(server_->tcp_port()); }
 
   std::string dir_;
   server::ServiceMetrics metrics_;

@@ -18,6 +18,7 @@
 #include "kvtier/protocol.h"
 #include "server/service_metrics.h"
 #include "server/tls.h"
+#include "testing/loopback.h"
 #include "testing/test_certs.h"
 #include "testing/test_store.h"
 #include "util/posix_file.h"
@@ -182,12 +183,8 @@ TEST_F(TlsTest, WritingToAVanishedPeerIsAnErrorNotSigpipe) {
 // when the socket went quiet.
 TEST_F(TlsTest, PipelinedRequestsInRecordsReadAheadAreAllAnswered) {
   StartServer(TlsOptions());
-  ScopedFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(server_->tcp_port());
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  ScopedFd fd = testing::ConnectLoopbackTcp(server_->tcp_port());
+  ASSERT_GE(fd.get(), 0);
   Result<std::unique_ptr<server::TlsContext>> context = server::TlsContext::ForClient(Trusting(pki_).tls);
   ASSERT_TRUE(context.ok()) << context.status().ToString();
   Result<std::unique_ptr<server::ByteStream>> stream = (*context)->Connect(fd.get(), "127.0.0.1", 5000);
@@ -230,12 +227,8 @@ TEST_F(TlsTest, PipelinedRequestsInRecordsReadAheadAreAllAnswered) {
 // answered once the rest comes.
 TEST_F(TlsTest, HalfARecordWaitsWithoutSpinningTheEventLoop) {
   StartServer(TlsOptions());
-  ScopedFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(server_->tcp_port());
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  ScopedFd fd = testing::ConnectLoopbackTcp(server_->tcp_port());
+  ASSERT_GE(fd.get(), 0);
   // A client of OpenSSL's own, whose records this test can cut: written into memory, then
   // sent by hand.
   std::unique_ptr<SSL_CTX, decltype(&::SSL_CTX_free)> ctx(::SSL_CTX_new(::TLS_client_method()), &::SSL_CTX_free);
@@ -289,12 +282,8 @@ TEST_F(TlsTest, SilentClientIsCutOffAtTheHandshakeDeadline) {
   ServerOptions options = TlsOptions();
   options.tls.handshake_timeout_ms = 200;
   StartServer(options);
-  ScopedFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(server_->tcp_port());
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  ScopedFd fd = testing::ConnectLoopbackTcp(server_->tcp_port());
+  ASSERT_GE(fd.get(), 0);
   const timeval limit{.tv_sec = 5, .tv_usec = 0};
   ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   const auto start = std::chrono::steady_clock::now();
