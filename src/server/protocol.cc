@@ -9,6 +9,10 @@ namespace {
 
 static_assert(std::endian::native == std::endian::little, "the codec copies integers in host order");
 
+// A Put block's fields before its inline bytes: key 16, tokens 4, type and transition 2,
+// reference 16, checksum 8, the bytes' length 4.
+constexpr std::size_t kPutBlockFieldBytes = 50;
+
 class Writer {
  public:
   explicit Writer(std::vector<std::byte>& out) : out_(out) {}
@@ -17,9 +21,10 @@ class Writer {
     Store(Extend(sizeof value), value);
   }
   void Key(const BlockKey& key) { Keys({&key, 1}); }
+  // Room for `more` bytes, so that a frame of many blocks grows once, not by doubling.
+  void Reserve(std::size_t more) { out_.reserve(out_.size() + more); }
   // A run of fields written through Store into bytes appended at once: a lookup's 64 keys or
   // its reply's 128 fields grow the frame once, not once per field.
-  void Reserve(std::size_t more) { out_.reserve(out_.size() + more); }
   std::byte* Extend(std::size_t n) {
     const std::size_t at = out_.size();
     out_.resize(at + n);
@@ -256,7 +261,7 @@ Status EncodeFrame(const Message& message, uint64_t request_id, MessageType repl
             w.Put(static_cast<uint32_t>(m.blocks.size()));
             std::size_t inline_total = 0;
             for (const PutBlock& b : m.blocks) inline_total += b.inline_bytes.size();
-            w.Reserve(inline_total + m.blocks.size() * 64);
+            w.Reserve(inline_total + m.blocks.size() * kPutBlockFieldBytes);
             for (const PutBlock& b : m.blocks) {
               w.Key(b.key);
               w.Put(b.tokens);
