@@ -208,22 +208,25 @@ Reply Session::Get(const protocol::Get& m, uint16_t version) {
   // Inline destinations (TCP clients) are read into one buffer the reply then carries; their
   // total is bounded like a frame, which bounds the memory one client can make us hold. It is
   // not zeroed: the reply views only the bytes the store wrote.
-  uint64_t inline_total = 0, inline_bytes = 0;
+  uint64_t inline_bytes = 0;
   const bool inline_reply = !m.destinations.empty() && m.destinations[0].segment == protocol::PayloadRef::kInline;
   for (const protocol::PayloadRef& d : m.destinations) {
     if ((d.segment == protocol::PayloadRef::kInline) != inline_reply) {
       return Error(Status::InvalidArgument("a Get's destinations must be all inline or all shared"));
     }
-    // each block's bytes plus its size and length fields (and its checksum in version 2)
-    inline_total += uint64_t{d.length} + (version >= 2 ? 16 : 8);
     inline_bytes += d.length;
-    if (inline_reply && inline_total + 8 > options_.limits.max_payload_bytes) {
-      return Error(Status::ResourceExhausted("a Get of " + std::to_string(inline_total) +
-                                             " inline bytes is over the frame limit; use shared memory or smaller batches"));
-    }
   }
   std::unique_ptr<std::byte[]> inline_storage;
-  if (inline_reply) inline_storage = std::make_unique_for_overwrite<std::byte[]>(inline_bytes);
+  if (inline_reply) {
+    // the blocks' bytes, each with its size and length fields (and its checksum in version
+    // 2), and the reply's two counts
+    const uint64_t frame_bytes = inline_bytes + m.destinations.size() * (version >= 2 ? 16 : 8) + 8;
+    if (frame_bytes > options_.limits.max_payload_bytes) {
+      return Error(Status::ResourceExhausted("a Get of " + std::to_string(frame_bytes) +
+                                             " inline bytes is over the frame limit; use shared memory or smaller batches"));
+    }
+    inline_storage = std::make_unique_for_overwrite<std::byte[]>(inline_bytes);
+  }
   std::size_t inline_at = 0;
   for (const protocol::PayloadRef& d : m.destinations) {
     if (inline_reply) {
