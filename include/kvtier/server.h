@@ -105,6 +105,13 @@ struct ServerOptions {
   // Live expectations (Expect: a queued request's chain) per client. Default: 65,536
   uint32_t max_expectations_per_client = 65536;
   int io_timeout_ms = 30000;  // Default: 30 s for a frame to arrive whole or a reply to leave
+  // Bytes of request frames the daemon holds at once, all connections together: a frame's
+  // buffer from its header's arrival until a worker has served it. Each event loop gets an
+  // equal share; a connection does not start a new frame while its loop holds its share, so
+  // many clients sending large inline puts wait in their sockets, not in the daemon's memory.
+  // Default: 0, two frames of `limits.max_payload_bytes` per worker (`worker_threads()`):
+  // enough to keep every worker busy with the largest frames while as many more arrive.
+  uint64_t max_request_memory = 0;
   // Where engines' head-importance reports go (the store's head_importance). Default: none,
   // Importance requests are refused.
   std::shared_ptr<HeadImportance> head_importance;
@@ -117,6 +124,8 @@ struct ServerOptions {
   uint32_t max_worker_threads() const;
   // `event_loops`, or what its default 0 stands for.
   uint32_t event_loop_threads() const;
+  // `max_request_memory`, or what its default 0 stands for.
+  uint64_t request_memory_bytes() const;
   // The loops `event_loops` = 0 stands for on a host with `hardware_threads`: one per four,
   // 1 to 16 (`kvtier bench serve` projects a larger host's loops with it).
   static uint32_t DefaultEventLoops(uint32_t hardware_threads);

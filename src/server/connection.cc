@@ -3,6 +3,8 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+
 #include "server/service_metrics.h"
 
 namespace kvtier::server {
@@ -56,6 +58,7 @@ Connection::Connection(const ConnectionContext& context, uint64_t id, ScopedFd f
 }
 
 Connection::~Connection() {
+  context_.budget.Recharge(charged_, 0);
   context_.loop.Unwatch(fd_.get());
   stream_.reset();
   handshake_.reset();
@@ -128,9 +131,36 @@ void Connection::StepHandshake() {
   StartNext();
 }
 
-bool Connection::ReadingAllowed() const {
+bool Connection::ReadableButForBudget() const {
   return phase_ == Phase::kOpen && !peer_done_ && !rejected_ && requests_.size() < kMaxQueuedRequests &&
          request_bytes_ < kMaxQueuedRequestBytes && reply_bytes_ < kMaxUnsentReplyBytes;
+}
+
+// A frame started is always finished: its buffer is charged, and only finished frames give
+// the budget back.
+bool Connection::ReadingAllowed() const {
+  return ReadableButForBudget() && (assembler_.mid_frame() || context_.budget.has_room());
+}
+
+bool Connection::WaitingForRoom() const {
+  return ReadableButForBudget() && !assembler_.mid_frame() && !context_.budget.has_room();
+}
+
+void Connection::ResumeReading() {
+  if (!waiting_for_room_) return;
+  waiting_for_room_ = false;
+  if (phase_ != Phase::kClosed) OnEvents(EPOLLIN);
+}
+
+void Connection::Recharge() {
+  const uint64_t now = assembler_.payload_bytes_held() + request_bytes_ + running_bytes_;
+  context_.budget.Recharge(charged_, now);
+  charged_ = now;
+}
+
+void Connection::DropRequests() {
+  requests_.clear();
+  request_bytes_ = 0;
 }
 
 void Connection::Read() {
@@ -140,7 +170,10 @@ void Connection::Read() {
     std::vector<ScopedFd> fds;
     // A large payload is read where it goes; the rest through the chunk, frames and all.
     const std::span<std::byte> direct = assembler_.DirectTarget(kReadChunk);
-    const std::span<std::byte> target = direct.empty() ? std::span(chunk) : direct;
+    std::span<std::byte> target = direct.empty() ? std::span(chunk) : direct;
+    // Over budget only a frame already started is read, and not past its end: the next
+    // frame's header, read with it, would start that frame too.
+    if (!context_.budget.has_room()) target = target.first(std::min(target.size(), assembler_.bytes_to_boundary()));
     Result<StreamProgress> step = stream_->TryRead(target, fds);
     if (!step.ok()) {
       // Too many descriptors is the client's mistake, answered like a malformed frame;
@@ -171,6 +204,7 @@ void Connection::Read() {
       rejected_ = fed;
     }
     for (std::size_t i = queued; i < requests_.size(); ++i) request_bytes_ += requests_[i].payload.size();
+    Recharge();
     // A short read of a socket took all it held: epoll is level-triggered and reports what
     // comes next, so asking again now would only add a failing recvmsg to every request
     // (a third of a lookup's system calls). A TLS stream may hold decrypted bytes: it reads on.
@@ -182,6 +216,7 @@ AssembledFrame Connection::TakeNextRequest() {
   AssembledFrame frame = std::move(requests_.front());
   requests_.pop_front();
   request_bytes_ -= frame.payload.size();
+  running_bytes_ = frame.payload.size();
   busy_ = true;
   return frame;
 }
@@ -282,6 +317,8 @@ void Connection::OnServed(Served served) {
 
 void Connection::Finish(Served served) {
   busy_ = false;
+  running_bytes_ = 0;
+  Recharge();
   if (phase_ == Phase::kClosed) {
     ReportIfFinished();
     return;
@@ -292,7 +329,7 @@ void Connection::Finish(Served served) {
   }
   Queue(std::move(served.frame), served.sent);
   if (served.close) {
-    requests_.clear();
+    DropRequests();
     phase_ = Phase::kDraining;
   }
   Flush();  // and a draining connection closes once its last reply is out
@@ -343,8 +380,7 @@ void Connection::Drain() {
 }
 
 void Connection::BeginShutdown() {
-  requests_.clear();
-  request_bytes_ = 0;
+  DropRequests();
   if (phase_ == Phase::kOpen) {
     Drain();
   } else if (phase_ != Phase::kDraining) {
@@ -372,7 +408,8 @@ void Connection::CheckDeadline(Clock::time_point now) {
 void Connection::Close() {
   if (phase_ == Phase::kClosed) return;
   phase_ = Phase::kClosed;
-  requests_.clear();
+  DropRequests();
+  Recharge();  // what a worker still serves stays charged until it is done
   replies_.clear();
   context_.loop.Unwatch(fd_.get());
   // The peer sees the end at once; the descriptor itself closes with this object.
@@ -386,6 +423,12 @@ void Connection::ReportIfFinished() {
 
 void Connection::UpdateInterest() {
   if (phase_ == Phase::kClosed) return;
+  Recharge();
+  if (!waiting_for_room_ && WaitingForRoom()) {
+    waiting_for_room_ = true;
+    context_.budget.Wait(id_);
+    if (context_.options.metrics) context_.options.metrics->ReadPausedForBudget();
+  }
   uint32_t events = 0;
   if (phase_ == Phase::kSniffing) events = EPOLLIN;
   if (phase_ == Phase::kHandshaking) events = EpollEvents(read_wants_);

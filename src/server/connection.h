@@ -7,7 +7,8 @@
 // takes at once, sparing the loop a round trip.
 //
 // Back-pressure: a connection whose unstarted requests or unsent replies pile up is not read
-// until they drain, so one client's backlog is bounded and others are not starved.
+// until they drain, so one client's backlog is bounded and others are not starved; nor does
+// it start a new frame while its loop's request budget (request_budget.h) is spent.
 //
 // Thread-safety: everything runs on the loop's thread, except the request a worker serves
 // with the connection's Session; the connection is never destroyed while a worker holds it
@@ -27,6 +28,7 @@
 #include "server/byte_stream.h"
 #include "server/event_loop.h"
 #include "server/frame_assembler.h"
+#include "server/request_budget.h"
 #include "server/session.h"
 #include "server/tls.h"
 #include "util/posix_file.h"
@@ -39,6 +41,7 @@ struct ConnectionContext {
   TieredStore& store;
   const ServerOptions& options;
   EventLoop& loop;
+  RequestBudget& budget;  // the loop's
   TaskPool& workers;
   const TlsContext* tls;  // for TCP connections; null without TLS
   // Lookups are served on the loop's thread instead of a worker's: true when none can wait on
@@ -75,6 +78,8 @@ class Connection {
   void BeginShutdown();
   // Closed, and no worker holds it: it may be destroyed (which ends its Session).
   bool finished() const { return phase_ == Phase::kClosed && !busy_; }
+  // The request budget has room again after this connection waited for it (Wait).
+  void ResumeReading();
 
  private:
   enum class Phase { kSniffing, kHandshaking, kOpen, kDraining, kClosed };
@@ -101,7 +106,12 @@ class Connection {
   void Close();
   void ReportIfFinished();
   void UpdateInterest();
+  bool ReadableButForBudget() const;  // open, and its own backlog is under its bounds
   bool ReadingAllowed() const;
+  bool WaitingForRoom() const;  // readable but for the budget, and not halfway through a frame
+  void DropRequests();
+  // Brings the budget's charge to the request bytes this connection holds now.
+  void Recharge();
   Served Serve(AssembledFrame& frame);
 
   const ConnectionContext& context_;
@@ -114,6 +124,9 @@ class Connection {
   FrameAssembler assembler_;
   std::deque<AssembledFrame> requests_;  // assembled, not yet handed to a worker
   std::size_t request_bytes_ = 0;
+  std::size_t running_bytes_ = 0;  // of the request a worker serves
+  uint64_t charged_ = 0;           // to the budget
+  bool waiting_for_room_ = false;  // in the budget's queue
   std::optional<Status> rejected_;  // a frame that cannot be read: answered after the requests before it
   bool busy_ = false;               // a worker is serving one of its requests
   bool peer_done_ = false;          // the peer sent its last byte

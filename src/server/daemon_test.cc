@@ -259,6 +259,7 @@ TEST(ServeConfig, MistakesAreNamed) {
       {tiers + "limits:\n  workers: -1\n", "'workers' must be an integer from 0 to 1024"},
       {tiers + "limits:\n  max_workers: 5000\n", "'max_workers' must be an integer from 0 to 4096"},
       {tiers + "limits:\n  event_loops: 300\n", "'event_loops' must be an integer from 0 to 256"},
+      {tiers + "limits:\n  max_request_memory: lots\n", "max_request_memory"},
       {tiers + "store:\n  promotion: sometimes\n", "'sometimes' is not adaptive or always"},
       {tiers + "store:\n  expected_blocks: 0\n", "'expected_blocks' must be an integer from 1 to 2147483648"},
       {tiers + "model:\n  name: no-such-model\n", "model.name"},
@@ -288,6 +289,11 @@ TEST(ServeConfig, MistakesAreNamed) {
   EXPECT_EQ(ok->server.worker_threads(), 6u);
   EXPECT_EQ(ok->server.max_worker_threads(), 256u) << "the default";
   EXPECT_EQ(ok->server.event_loop_threads(), 3u);
+  EXPECT_EQ(ok->server.request_memory_bytes(), 2ull * 6 * ok->server.limits.max_payload_bytes)
+      << "two frames of the largest size per worker";
+  ok = ParseServeConfig(tiers + "store:\n  persistence: none\nlimits:\n  max_request_memory: 64MiB\n", "t");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->server.request_memory_bytes(), 64ull << 20);
   ok = ParseServeConfig(tiers + "store:\n  persistence: none\nlimits:\n  workers: 300\n  max_workers: 100\n", "t");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->server.max_worker_threads(), 300u) << "never fewer than the workers";

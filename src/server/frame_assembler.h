@@ -44,6 +44,13 @@ class FrameAssembler {
 
   // Whether part of a frame has arrived and the rest has not.
   bool mid_frame() const { return header_got_ > 0; }
+  // The payload buffer of the frame in progress: allocated whole once its header decodes.
+  std::size_t payload_bytes_held() const { return current_.payload.size(); }
+  // Bytes that take the frame in progress to the end of its header (while that is partial)
+  // or of its payload: a read of at most these decodes no part of the next frame.
+  std::size_t bytes_to_boundary() const {
+    return header_got_ < protocol::kHeaderBytes ? protocol::kHeaderBytes - header_got_ : current_.payload.size() - payload_got_;
+  }
 
  private:
   void Complete(std::deque<AssembledFrame>& done);

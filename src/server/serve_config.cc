@@ -190,7 +190,7 @@ Status ParseLimits(const YAML::Node& node, const std::string& where, ServerOptio
   const YamlMap m(node, where);
   KVTIER_RETURN_IF_ERROR(m.CheckKeys({"max_connections", "max_frame_bytes", "max_batch", "max_segments_per_client",
                                       "max_shared_bytes_per_client", "max_pins_per_client", "max_expectations_per_client",
-                                      "io_timeout_ms", "workers", "max_workers", "event_loops"}));
+                                      "io_timeout_ms", "workers", "max_workers", "event_loops", "max_request_memory"}));
   if (m.Has("max_connections")) {
     KVTIER_ASSIGN_OR_RETURN(int64_t v, m.Int("max_connections", 1, 1 << 20));
     s.max_connections = static_cast<uint32_t>(v);
@@ -233,6 +233,9 @@ Status ParseLimits(const YAML::Node& node, const std::string& where, ServerOptio
   if (m.Has("event_loops")) {
     KVTIER_ASSIGN_OR_RETURN(int64_t v, m.Int("event_loops", 0, 256));
     s.event_loops = static_cast<uint32_t>(v);
+  }
+  if (m.Has("max_request_memory")) {
+    KVTIER_ASSIGN_OR_RETURN(s.max_request_memory, m.Bytes("max_request_memory"));
   }
   return Status::Ok();
 }

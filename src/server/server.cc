@@ -171,6 +171,10 @@ uint32_t ServerOptions::DefaultEventLoops(uint32_t hardware_threads) {
   return std::clamp(hardware_threads / 4, 1u, 16u);
 }
 
+uint64_t ServerOptions::request_memory_bytes() const {
+  return max_request_memory > 0 ? max_request_memory : 2ull * worker_threads() * limits.max_payload_bytes;
+}
+
 uint32_t ServerOptions::worker_threads() const {
   return workers > 0 ? workers : std::clamp(4 * std::thread::hardware_concurrency(), 8u, 64u);
 }
@@ -183,6 +187,7 @@ uint32_t ServerOptions::max_worker_threads() const {
 // what is posted to it from the acceptor's loop (new connections) or from workers (replies).
 struct LoopShard {
   std::unique_ptr<server::EventLoop> loop;
+  std::optional<server::RequestBudget> budget;
   std::optional<server::ConnectionContext> context;
   std::unordered_map<uint64_t, std::unique_ptr<server::Connection>> connections;
   bool stopping = false;
@@ -216,14 +221,19 @@ struct Server::Impl {
     workers = std::make_unique<TaskPool>(static_cast<int>(options.worker_threads()), options.max_connections + 1, "kvtier-worker",
                                          SpareThreads{.max_threads = static_cast<int>(options.max_worker_threads())});
     const bool lookups_on_loop = !HasSharedTier(store);
+    const uint64_t loop_budget = std::max<uint64_t>(1, options.request_memory_bytes() / options.event_loop_threads());
     for (uint32_t i = 0; i < options.event_loop_threads(); ++i) {
       auto shard = std::make_unique<LoopShard>();
       KVTIER_ASSIGN_OR_RETURN(shard->loop, server::EventLoop::Create());
       LoopShard* const here = shard.get();
+      shard->budget.emplace(*shard->loop, loop_budget, [here](uint64_t id) {
+        if (const auto found = here->connections.find(id); found != here->connections.end()) found->second->ResumeReading();
+      }, options.metrics);
       shard->context.emplace(server::ConnectionContext{
           .store = store,
           .options = options,
           .loop = *shard->loop,
+          .budget = *shard->budget,
           .workers = *workers,
           .tls = tls.get(),
           .lookups_on_loop = lookups_on_loop,

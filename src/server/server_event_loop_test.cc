@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -245,6 +246,76 @@ TEST_F(ServerEventLoopTest, ClientThatNeverReadsItsRepliesDoesNotStopOthers) {
     ASSERT_TRUE(std::holds_alternative<protocol::GetReply>(reply->second));
     EXPECT_TRUE(std::ranges::equal(std::get<protocol::GetReply>(reply->second).inline_blocks.at(0), big));
   }
+}
+
+// Many clients pipelining large inline puts to one slow worker: the daemon holds no more of
+// them than its request budget (plus the one frame that may start while there is room), the
+// rest wait in their sockets, every put is served, and the budget is all given back.
+TEST_F(ServerEventLoopTest, LargePutsFromManyClientsWaitWithinTheRequestBudget) {
+  UseFaultyStore().AddLatency(std::chrono::milliseconds(5));
+  constexpr uint64_t kClients = 12, kPutsEach = 4;
+  constexpr std::size_t kBlock = 256u << 10;
+  constexpr uint64_t kBudget = 1u << 20;
+  ServerOptions options;
+  options.tcp = true;
+  options.workers = 1;
+  options.event_loops = 1;  // one budget: the gauge is what it holds
+  options.max_request_memory = kBudget;
+  StartServer(options);
+
+  std::atomic<bool> done{false};
+  int64_t most_held = 0;
+  std::thread sampler([&] {
+    while (!done.load()) {
+      most_held = std::max(most_held, metrics_.Read().request_bytes_held);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  std::atomic<uint64_t> served{0};
+  std::vector<std::thread> clients;
+  for (uint64_t c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      RawConnection raw(ConnectTcp());
+      if (!raw.Hello().ok()) return;
+      std::vector<std::vector<std::byte>> payloads;
+      std::vector<std::byte> frames;
+      for (uint64_t i = 0; i < kPutsEach; ++i) {
+        payloads.push_back(Payload(100 * c + i, kBlock));
+        protocol::Put put;
+        put.blocks.push_back({.key = Key(100 * c + i, 0), .payload = {.length = kBlock}, .inline_bytes = payloads.back(),
+                              .checksum = PayloadChecksum(payloads.back())});
+        if (!protocol::EncodeFrame(put, i + 2, protocol::MessageType::kError, {}, frames).ok()) return;
+      }
+      if (::send(raw.fd(), frames.data(), frames.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(frames.size())) return;
+      for (uint64_t i = 0; i < kPutsEach; ++i) {
+        Result<std::pair<uint64_t, protocol::Message>> reply = raw.Receive();
+        if (!reply.ok() || reply->first != i + 2 || !std::holds_alternative<protocol::PutReply>(reply->second)) return;
+        if (std::get<protocol::PutReply>(reply->second).new_blocks == 1) ++served;
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  done = true;
+  sampler.join();
+
+  EXPECT_EQ(served.load(), kClients * kPutsEach);
+  EXPECT_GT(metrics_.Read().reads_paused, 0u) << "the clients sent 12 MiB against a 1 MiB budget";
+  EXPECT_GT(most_held, 0);
+  EXPECT_LE(static_cast<uint64_t>(most_held), kBudget + kBlock + (64u << 10))
+      << "the budget, one frame started under it, and what one read decodes";
+  Result<std::unique_ptr<Client>> reader = Client::ConnectTcp("127.0.0.1", server_->tcp_port());
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  for (uint64_t c = 0; c < kClients; c += 5) {
+    std::vector<std::byte> back(kBlock);
+    const std::vector<std::span<std::byte>> outs = {back};
+    Result<std::vector<uint32_t>> sizes = (*reader)->Get(std::vector<BlockKey>{Key(100 * c + 3, 0)}, outs);
+    ASSERT_TRUE(sizes.ok()) << sizes.status().ToString();
+    EXPECT_EQ(back, Payload(100 * c + 3, kBlock));
+  }
+  reader->reset();
+  for (int i = 0; i < 400 && server_->connections() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(server_->connections(), 0u);
+  EXPECT_EQ(metrics_.Read().request_bytes_held, 0) << "every charge was given back";
 }
 
 TEST_F(ServerEventLoopTest, PipelinedRequestsComeBackInOrder) {

@@ -302,6 +302,12 @@ void RenderService(const ServiceMetrics::Snapshot& s, Exposition& e) {
   e.Single("kvtier_worker_spares_started_total", "counter",
            "Spare worker threads started because the workers were waiting on I/O while requests queued.",
            s.worker_spares_started);
+  e.Single("kvtier_request_bytes_held", "gauge",
+           "Bytes of request frames the event loops hold: being received, queued or being served (limits.max_request_memory).",
+           s.request_bytes_held);
+  e.Single("kvtier_reads_paused_total", "counter",
+           "Times a connection stopped reading because its event loop held limits.max_request_memory of requests.",
+           s.reads_paused);
 }
 
 }  // namespace
@@ -373,6 +379,9 @@ void ServiceMetrics::WorkerPool(int64_t threads, int64_t blocked, uint64_t spare
   worker_spares_started_.store(spares_started, std::memory_order_relaxed);
 }
 
+void ServiceMetrics::RequestBytesHeld(int64_t delta) { request_bytes_held_.fetch_add(delta, std::memory_order_relaxed); }
+void ServiceMetrics::ReadPausedForBudget() { reads_paused_.fetch_add(1, std::memory_order_relaxed); }
+
 ServiceMetrics::Snapshot ServiceMetrics::Read() const {
   Snapshot s;
   const std::array<protocol::MessageType, kOps> types = RequestTypes();
@@ -397,6 +406,8 @@ ServiceMetrics::Snapshot ServiceMetrics::Read() const {
   s.workers = workers_.load(std::memory_order_relaxed);
   s.workers_blocked = workers_blocked_.load(std::memory_order_relaxed);
   s.worker_spares_started = worker_spares_started_.load(std::memory_order_relaxed);
+  s.request_bytes_held = request_bytes_held_.load(std::memory_order_relaxed);
+  s.reads_paused = reads_paused_.load(std::memory_order_relaxed);
   return s;
 }
 

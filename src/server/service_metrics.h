@@ -75,6 +75,11 @@ class ServiceMetrics {
   // The worker pool now (task_pool.h): its threads, those waiting on tier I/O, and the spare
   // threads it started so far. Set by the server every event-loop tick.
   void WorkerPool(int64_t threads, int64_t blocked, uint64_t spares_started);
+  // Request bytes the event loops hold (request_budget.h): + when a frame's buffer is
+  // allocated, - when its request has been served.
+  void RequestBytesHeld(int64_t delta);
+  // A connection stopped reading because its loop's request budget was spent.
+  void ReadPausedForBudget();
 
   struct OpSnapshot {
     protocol::MessageType op = protocol::MessageType::kHello;
@@ -92,6 +97,8 @@ class ServiceMetrics {
     uint64_t event_loop_cpu_ns = 0;
     int64_t workers = 0, workers_blocked = 0;
     uint64_t worker_spares_started = 0;
+    int64_t request_bytes_held = 0;
+    uint64_t reads_paused = 0;
   };
   Snapshot Read() const;
 
@@ -110,6 +117,8 @@ class ServiceMetrics {
   std::atomic<uint64_t> event_loop_cpu_ns_{0};
   std::atomic<int64_t> workers_{0}, workers_blocked_{0};
   std::atomic<uint64_t> worker_spares_started_{0};
+  std::atomic<int64_t> request_bytes_held_{0};
+  std::atomic<uint64_t> reads_paused_{0};
 };
 
 // The Prometheus text exposition format 0.0.4 of the service metrics, the store's stats and

@@ -276,6 +276,9 @@ TEST(ServiceMetrics, ConnectionsAndInFlight) {
   m.EventLoopCpu(1'000);
   m.EventLoopCpu(500);
   m.WorkerPool(10, 3, 7);
+  m.RequestBytesHeld(4096);
+  m.RequestBytesHeld(-1024);
+  m.ReadPausedForBudget();
   const ServiceMetrics::Snapshot s = m.Read();
   EXPECT_EQ(s.connections_open, 1);
   EXPECT_EQ(s.connections_total, 2u);
@@ -288,6 +291,8 @@ TEST(ServiceMetrics, ConnectionsAndInFlight) {
   EXPECT_EQ(s.workers, 10);
   EXPECT_EQ(s.workers_blocked, 3);
   EXPECT_EQ(s.worker_spares_started, 7u);
+  EXPECT_EQ(s.request_bytes_held, 3072);
+  EXPECT_EQ(s.reads_paused, 1u);
 }
 
 TEST(MetricsRender, EveryFamilyIsWellFormed) {
@@ -296,6 +301,8 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
   service.EventLoopsRunning(2);
   service.EventLoopCpu(1'500'000'000);
   service.WorkerPool(12, 4, 5);
+  service.RequestBytesHeld(1 << 20);
+  service.ReadPausedForBudget();
   StoreStats store;
   store.tiers.push_back({.name = "hbm", .kind = TierKind::kGpuHbm, .capacity_bytes = 1 << 30});
   store.tiers.push_back({.name = "nvme0", .kind = TierKind::kNvme});
@@ -330,16 +337,18 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
         "kvtier_connections_rejected_total", "kvtier_frames_rejected_total", "kvtier_tls_handshakes_failed_total",
         "kvtier_checksum_mismatches_total", "kvtier_requests_in_flight", "kvtier_event_loops",
         "kvtier_event_loop_cpu_seconds_total", "kvtier_workers", "kvtier_workers_blocked",
-        "kvtier_worker_spares_started_total"}) {
+        "kvtier_worker_spares_started_total", "kvtier_request_bytes_held", "kvtier_reads_paused_total"}) {
     EXPECT_TRUE(e.types.contains(family)) << family;
   }
-  EXPECT_EQ(e.types.size(), 73u) << "a family was added: list it here and in docs/metrics.md";
+  EXPECT_EQ(e.types.size(), 75u) << "a family was added: list it here and in docs/metrics.md";
   EXPECT_EQ(e.Value("kvtier_checksum_mismatches_total", {{"direction", "put"}}), 0);
   EXPECT_EQ(e.Value("kvtier_event_loops", {}), 2);
   EXPECT_EQ(e.Value("kvtier_event_loop_cpu_seconds_total", {}), 1.5);
   EXPECT_EQ(e.Value("kvtier_workers", {}), 12);
   EXPECT_EQ(e.Value("kvtier_workers_blocked", {}), 4);
   EXPECT_EQ(e.Value("kvtier_worker_spares_started_total", {}), 5);
+  EXPECT_EQ(e.Value("kvtier_request_bytes_held", {}), 1 << 20);
+  EXPECT_EQ(e.Value("kvtier_reads_paused_total", {}), 1);
 
   EXPECT_EQ(e.Value("kvtier_tier_capacity_bytes", {{"tier", "hbm"}, {"kind", "gpu_hbm"}}), 1 << 30);
   EXPECT_EQ(e.Value("kvtier_tier_blocks", {{"tier", "nvme0"}, {"kind", "nvme"}}), 0);
