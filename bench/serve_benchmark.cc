@@ -405,6 +405,7 @@ Result<std::unique_ptr<Client>> Connect(const ServeBenchmarkOptions& o, const st
 struct ServiceResult {
   PhaseResult phase;
   std::optional<double> cpu_seconds;  // the self-started daemon's, during the phase
+  std::optional<uint64_t> peak_rss_bytes;  // the self-started daemon's, by the phase's end
   std::optional<std::pair<LockProfile, LockProfile>> lock;  // its metadata lock before and after
   double prefault_wait_s = 0;         // from the daemon's start to its DRAM tier being resident
 };
@@ -448,6 +449,7 @@ Result<ServiceResult> RunService(const ServeBenchmarkOptions& o, int clients, bo
     KVTIER_ASSIGN_OR_RETURN(const double cpu_after, daemon->CpuSeconds());
     KVTIER_ASSIGN_OR_RETURN(const MetricsSample metrics_after, daemon->Metrics("put"));
     r.cpu_seconds = cpu_after - cpu_before;
+    r.peak_rss_bytes = daemon->PeakResidentBytes();
     r.lock.emplace(lock_before, metrics_after.lock);
   }
   drivers.clear();  // disconnect before the daemon stops
@@ -482,6 +484,8 @@ Result<nlohmann::json> RunPutGet(const ServeBenchmarkOptions& o, int clients, bo
                       {"refused", s.refused}};
   j["cpu_us_per_op"] = nullptr;  // unknown for a server started elsewhere (--connect)
   if (service.cpu_seconds && requests > 0) j["cpu_us_per_op"] = *service.cpu_seconds / static_cast<double>(requests) * 1e6;
+  j["daemon_peak_rss_bytes"] = nullptr;  // likewise
+  if (service.peak_rss_bytes) j["daemon_peak_rss_bytes"] = *service.peak_rss_bytes;
   // A put+get phase does not read its daemon's event-loop CPU time (its work is the workers'), so
   // its projection has no loop bound.
   if (service.lock) AddLockFields(service.lock->first, service.lock->second, requests, "cpu_us_per_op", nullptr, j);

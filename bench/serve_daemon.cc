@@ -210,16 +210,18 @@ Result<MetricsSample> ServeDaemon::Metrics(const std::string& op) const {
   return m;
 }
 
+uint64_t ProcessStatusBytes(pid_t pid, const std::string& field) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  const std::string prefix = field + ":";
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind(prefix, 0) == 0) return std::strtoull(line.c_str() + prefix.size(), nullptr, 10) * 1024;  // in kB
+  }
+  return 0;
+}
+
 double WaitUntilResident(pid_t pid, uint64_t bytes) {
-  const auto resident = [pid] {
-    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-    for (std::string line; std::getline(status, line);) {
-      if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
-    }
-    return 0ull;
-  };
   const auto start = std::chrono::steady_clock::now();
-  while (resident() < bytes && std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+  while (ProcessStatusBytes(pid, "VmRSS") < bytes && std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -40,6 +40,8 @@ std::string ServeDaemonConfigYaml(const ServeDaemonOptions& options);
 // a DRAM tier's background prefault (region_prefaulter.h) to end before it measures, so that
 // the pass neither takes the measured process's CPU nor races its puts. The seconds waited.
 double WaitUntilResident(pid_t pid, uint64_t bytes);
+// A byte count of /proc/<pid>/status, as `field` ("VmRSS", "VmHWM"); 0 when it cannot be read.
+uint64_t ProcessStatusBytes(pid_t pid, const std::string& field);
 
 // Mean server-side time of one op, from the daemon's /metrics (kvtier_request_duration_seconds).
 struct RequestTimeSample {
@@ -71,6 +73,8 @@ class ServeDaemon {
 
   // Its user + system CPU time so far, in seconds.
   Result<double> CpuSeconds() const;
+  // The most memory it has had resident so far (VmHWM), in bytes; 0 when unknown.
+  uint64_t PeakResidentBytes() const { return ProcessStatusBytes(pid_, "VmHWM"); }
   // One read of /metrics: the totals of kvtier_request_duration_seconds for `op` ("lookup",
   // "put", "get"), the metadata lock's profile and the event loops' CPU time.
   Result<MetricsSample> Metrics(const std::string& op) const;
