@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -220,6 +221,65 @@ TEST_F(TlsTest, PipelinedRequestsInRecordsReadAheadAreAllAnswered) {
     }
   }
   EXPECT_EQ(answered, (std::vector<uint64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+}
+
+// Requests whose records TLS decrypted ahead wait there while the request budget is spent:
+// no socket event will come for them, so the connection must be resumed when another's
+// request frees the budget, and read them from the stream's buffer.
+TEST_F(TlsTest, RequestsReadAheadWaitForTheRequestBudgetAndAreAllServed) {
+  ServerOptions options = TlsOptions();
+  options.workers = 1;
+  options.event_loops = 1;
+  options.max_request_memory = 1;  // one frame at a time, across connections
+  StartServer(options);
+  constexpr uint64_t kConnections = 3, kPuts = 6;
+  constexpr std::size_t kBytes = 4096;
+  std::atomic<uint64_t> served{0};
+  std::vector<std::thread> clients;
+  for (uint64_t c = 0; c < kConnections; ++c) {
+    clients.emplace_back([&, c] {
+      ScopedFd fd = testing::ConnectLoopbackTcp(server_->tcp_port());
+      Result<std::unique_ptr<server::TlsContext>> context = server::TlsContext::ForClient(Trusting(pki_).tls);
+      if (!fd.valid() || !context.ok()) return;
+      Result<std::unique_ptr<server::ByteStream>> stream = (*context)->Connect(fd.get(), "127.0.0.1", 5000);
+      if (!stream.ok()) return;
+      std::vector<std::byte> frame;
+      if (!protocol::EncodeFrame(protocol::Hello{}, 1, protocol::MessageType::kError, {}, frame).ok()) return;
+      int on = 1, off = 0;  // every request in its own record, all arriving together
+      ::setsockopt(fd.get(), IPPROTO_TCP, TCP_CORK, &on, sizeof(on));
+      if (!(*stream)->Write(frame, {}, 5000).ok()) return;
+      std::vector<std::vector<std::byte>> payloads;
+      for (uint64_t i = 0; i < kPuts; ++i) {
+        payloads.emplace_back(kBytes, static_cast<std::byte>(16 * c + i));
+        protocol::Put put;
+        put.blocks.push_back({.key = Key(100 * c + i), .payload = {.length = kBytes}, .inline_bytes = payloads.back(),
+                              .checksum = PayloadChecksum(payloads.back())});
+        frame.clear();
+        if (!protocol::EncodeFrame(put, i + 2, protocol::MessageType::kError, {}, frame).ok()) return;
+        if (!(*stream)->Write(frame, {}, 5000).ok()) return;
+      }
+      ::setsockopt(fd.get(), IPPROTO_TCP, TCP_CORK, &off, sizeof(off));
+      std::vector<std::byte> in;
+      std::vector<ScopedFd> fds;
+      for (uint64_t replies = 0; replies < kPuts + 1;) {
+        std::byte chunk[4096];
+        Result<std::size_t> n = (*stream)->ReadSome(chunk, fds, 5000);
+        if (!n.ok() || *n == 0) return;  // a connection never resumed times out here
+        in.insert(in.end(), chunk, chunk + *n);
+        while (in.size() >= protocol::kHeaderBytes) {
+          Result<protocol::FrameHeader> h = protocol::DecodeHeader(in, {});
+          if (!h.ok()) return;
+          if (in.size() < protocol::kHeaderBytes + h->payload_bytes) break;
+          if (h->type == protocol::MessageType::kPut) ++served;
+          ++replies;
+          in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(protocol::kHeaderBytes + h->payload_bytes));
+        }
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(served.load(), kConnections * kPuts);
+  EXPECT_GT(metrics_.Read().reads_paused, 0u);
 }
 
 // A request whose TLS record has only half arrived waits in the server's read-ahead buffer.
