@@ -54,14 +54,15 @@ struct Client::Impl {
       return Status::Unavailable("kvtier server: " + sent.message());
     }
     std::vector<ScopedFd> unexpected_fds;
-    Result<protocol::FrameHeader> header = socket->Receive(options.limits, in, unexpected_fds);
-    if (!header.ok()) {
+    Result<server::FrameSocket::Frame> frame = socket->Receive(options.limits, in, unexpected_fds);
+    if (!frame.ok()) {
       broken = true;
-      return Status::Unavailable("kvtier server: " + (sent.ok() ? header.status() : sent).message());
+      return Status::Unavailable("kvtier server: " + (sent.ok() ? frame.status() : sent).message());
     }
+    const protocol::FrameHeader* header = &frame->header;
     if (!header->reply || header->request_id != id) {
       if (header->type == protocol::MessageType::kError) {  // e.g. refused before reading (connection limit)
-        Result<protocol::Message> error = protocol::DecodePayload(*header, in, options.limits);
+        Result<protocol::Message> error = protocol::DecodePayload(*header, frame->payload, options.limits);
         broken = true;
         if (error.ok()) {
           const auto& e = std::get<protocol::ErrorReply>(*error);
@@ -72,7 +73,7 @@ struct Client::Impl {
       return Status::Unavailable("kvtier server answered request " + std::to_string(header->request_id) +
                                  ", expected " + std::to_string(id));
     }
-    KVTIER_ASSIGN_OR_RETURN(protocol::Message reply, protocol::DecodePayload(*header, in, options.limits));
+    KVTIER_ASSIGN_OR_RETURN(protocol::Message reply, protocol::DecodePayload(*header, frame->payload, options.limits));
     if (const auto* e = std::get_if<protocol::ErrorReply>(&reply)) return Status::FromCode(e->code, "kvtier server: " + e->message);
     return reply;
   }

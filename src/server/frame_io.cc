@@ -24,14 +24,15 @@ Status FrameSocket::ReadFully(std::span<std::byte> into, bool frame_started, std
   return Status::Ok();
 }
 
-Result<protocol::FrameHeader> FrameSocket::Receive(const protocol::Limits& limits, std::vector<std::byte>& payload,
-                                                   std::vector<ScopedFd>& fds) {
+Result<FrameSocket::Frame> FrameSocket::Receive(const protocol::Limits& limits, std::vector<std::byte>& buffer,
+                                                std::vector<ScopedFd>& fds) {
   std::byte header_bytes[protocol::kHeaderBytes];
   KVTIER_RETURN_IF_ERROR(ReadFully(header_bytes, /*frame_started=*/false, fds));
   KVTIER_ASSIGN_OR_RETURN(protocol::FrameHeader header, protocol::DecodeHeader(header_bytes, limits));
-  payload.resize(header.payload_bytes);
+  if (buffer.size() < header.payload_bytes) buffer.resize(header.payload_bytes);
+  const std::span<std::byte> payload = std::span(buffer).first(header.payload_bytes);
   KVTIER_RETURN_IF_ERROR(ReadFully(payload, /*frame_started=*/true, fds));
-  return header;
+  return Frame{header, payload};
 }
 
 bool FrameSocket::ReadableNow() const { return stream_->ReadableNow(); }

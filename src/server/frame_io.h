@@ -33,13 +33,20 @@ class FrameSocket {
   // Sends `frame` whole; `fds` travel with its first byte. Unavailable when the peer has gone.
   Status Send(std::span<const std::byte> frame, std::span<const int> fds = {});
 
-  // Reads one frame: its header, and its payload into `payload`. Descriptors that arrive are
-  // appended to `fds` (the caller owns them). Waits for the first byte without a deadline;
-  // NotFound when the peer closed cleanly between frames; InvalidArgument for a header that
-  // does not decode (the caller answers and closes); Unavailable for a reset, a timeout in the
-  // middle of a frame or a close in the middle of one.
-  Result<protocol::FrameHeader> Receive(const protocol::Limits& limits, std::vector<std::byte>& payload,
-                                        std::vector<ScopedFd>& fds);
+  // One frame read: its header, and its payload (the first header.payload_bytes bytes of the
+  // buffer it was read into).
+  struct Frame {
+    protocol::FrameHeader header;
+    std::span<std::byte> payload;
+  };
+  // Reads one frame, its payload into `buffer`. The buffer grows to hold it and never
+  // shrinks: a connection reuses its memory, and a large reply after a small one is not
+  // zero-filled before it is read over. Descriptors that arrive are appended to `fds` (the
+  // caller owns them). Waits for the first byte without a deadline; NotFound when the peer
+  // closed cleanly between frames; InvalidArgument for a header that does not decode (the
+  // caller answers and closes); Unavailable for a reset, a timeout in the middle of a frame
+  // or a close in the middle of one.
+  Result<Frame> Receive(const protocol::Limits& limits, std::vector<std::byte>& buffer, std::vector<ScopedFd>& fds);
 
   // Whether a Receive would find bytes (or end-of-stream) without waiting.
   bool ReadableNow() const;

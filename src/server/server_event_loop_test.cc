@@ -68,9 +68,9 @@ class RawConnection {
   // The next reply, and its request id; its inline blocks are valid until the next Receive.
   Result<std::pair<uint64_t, protocol::Message>> Receive() {
     std::vector<ScopedFd> fds;
-    KVTIER_ASSIGN_OR_RETURN(protocol::FrameHeader header, socket_.Receive({}, payload_, fds));
-    KVTIER_ASSIGN_OR_RETURN(protocol::Message m, protocol::DecodePayload(header, payload_, {}));
-    return std::pair<uint64_t, protocol::Message>(header.request_id, std::move(m));
+    KVTIER_ASSIGN_OR_RETURN(server::FrameSocket::Frame frame, socket_.Receive({}, payload_, fds));
+    KVTIER_ASSIGN_OR_RETURN(protocol::Message m, protocol::DecodePayload(frame.header, frame.payload, {}));
+    return std::pair<uint64_t, protocol::Message>(frame.header.request_id, std::move(m));
   }
   // Hello without shared memory, and its reply.
   Status Hello() {

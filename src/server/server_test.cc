@@ -115,8 +115,8 @@ class ServerTest : public ::testing::Test {
       KVTIER_RETURN_IF_ERROR(protocol::EncodeFrame(m, next_id++, protocol::MessageType::kError, {}, frame, version));
       KVTIER_RETURN_IF_ERROR(socket->Send(frame, fds));
       std::vector<ScopedFd> no_fds;
-      KVTIER_ASSIGN_OR_RETURN(protocol::FrameHeader header, socket->Receive({}, payload, no_fds));
-      return protocol::DecodePayload(header, payload, {});
+      KVTIER_ASSIGN_OR_RETURN(server::FrameSocket::Frame received, socket->Receive({}, payload, no_fds));
+      return protocol::DecodePayload(received.header, received.payload, {});
     }
   };
   std::unique_ptr<RawClient> RawHello(uint16_t version = protocol::kVersion) {

@@ -16,7 +16,7 @@ endif()
 # shared memory, tenants and the per-connection sessions.
 kvtier_add_sources(server/byte_stream.cc server/frame_io.cc server/frame_assembler.cc server/event_loop.cc server/request_budget.cc server/connection.cc server/tls.cc server/shared_segment.cc server/tenant_namespace.cc server/session.cc
                    server/server.cc server/client.cc)
-kvtier_add_tests(io server/server_test.cc server/server_event_loop_test.cc server/request_budget_test.cc server/frame_assembler_test.cc server/tls_test.cc testing/test_certs.cc testing/test_certs_test.cc)
+kvtier_add_tests(io server/server_test.cc server/server_event_loop_test.cc server/request_budget_test.cc server/frame_assembler_test.cc server/frame_io_test.cc server/tls_test.cc testing/test_certs.cc testing/test_certs_test.cc)
 kvtier_tests_enabled(io io_tests)
 if(io_tests)
   # testing/test_certs.h makes the TLS tests' certificates with OpenSSL.
