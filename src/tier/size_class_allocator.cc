@@ -46,6 +46,7 @@ Result<RegionSlot> SizeClassAllocator::Allocate(uint64_t slot_bytes) {
   const SlabId id{start->region, start->offset};
   Slab& slab = regions_[id.first].slabs[id.second];
   slab = {.bytes = carved, .slot_bytes = slot_bytes};
+  carved_bytes_ += carved;
   with_room.insert(id);
   return TakeSlotLocked(id, slab);
 }
@@ -60,6 +61,7 @@ RegionSlot SizeClassAllocator::TakeSlotLocked(SlabId id, Slab& slab) {
     slab.untouched += slab.slot_bytes;
   }
   ++slab.live;
+  live_bytes_ += slab.slot_bytes;
   if (!slab.has_room()) classes_with_room_[slab.slot_bytes].erase(id);
   return {id.first, offset};
 }
@@ -71,9 +73,11 @@ void SizeClassAllocator::Free(RegionSlot slot, uint64_t slot_bytes) {
   --it;  // the slab that holds the slot: it was handed out, so one starts at or before it
   Slab& slab = it->second;
   const SlabId id{slot.region, it->first};
+  live_bytes_ -= slab.slot_bytes;
   if (--slab.live == 0) {
     classes_with_room_[slot_bytes].erase(id);
     const uint64_t bytes = slab.bytes;
+    carved_bytes_ -= bytes;
     region.slabs.erase(it);
     GiveBackLocked(id.first, id.second, bytes);
     return;
@@ -128,14 +132,11 @@ void SizeClassAllocator::GiveBackLocked(uint32_t region, uint64_t offset, uint64
 }
 
 Status SizeClassAllocator::ExhaustedLocked(uint64_t slot_bytes) const {
-  uint64_t largest_run = 0;
-  uint64_t free_in_slabs = 0;
+  uint64_t largest_run = 0;  // few runs are left in a tier this full
   for (const Region& region : regions_) {
     for (const auto& [offset, run] : region.free_runs) largest_run = std::max(largest_run, run);
-    for (const auto& [offset, slab] : region.slabs) {
-      free_in_slabs += slab.bytes - slab.live * slab.slot_bytes;
-    }
   }
+  const uint64_t free_in_slabs = carved_bytes_ - live_bytes_;
   return Status::ResourceExhausted("no free slot of " + std::to_string(slot_bytes) + " bytes in " +
                                    std::to_string(total_bytes_) + " bytes: " + std::to_string(free_in_slabs) +
                                    " bytes are free in slabs of other sizes and the largest free run is " +
@@ -169,6 +170,8 @@ Status SizeClassAllocator::RestoreSlab(const RegionSlab& slab, const std::functi
   // Lowest offsets last, so they are handed out first (the free list is a stack).
   std::reverse(restored.free_slots.begin(), restored.free_slots.end());
   const SlabId id{slab.region, slab.offset};
+  carved_bytes_ += restored.bytes;
+  live_bytes_ += restored.live * restored.slot_bytes;
   if (restored.has_room()) classes_with_room_[slab.slot_bytes].insert(id);
   regions_[slab.region].slabs.emplace(slab.offset, std::move(restored));
   return Status::Ok();

@@ -124,6 +124,10 @@ class SizeClassAllocator {
   std::vector<Region> regions_;                              // GUARDED_BY(mutex_)
   std::map<uint64_t, std::set<SlabId>> classes_with_room_;   // GUARDED_BY(mutex_): by slot bytes
   std::size_t next_region_ = 0;                              // GUARDED_BY(mutex_)
+  // Kept as they change, so that a failed Allocate (routine in a full tier, before the
+  // store makes room) does not walk every slab to say how much of them is free.
+  uint64_t carved_bytes_ = 0;                                // GUARDED_BY(mutex_): in slabs
+  uint64_t live_bytes_ = 0;                                  // GUARDED_BY(mutex_): in slots handed out
   SlabListener listener_;
 };
 

@@ -40,10 +40,18 @@ TEST(SizeClassAllocator, RejectsSizesThatAreNotWholePages) {
 
 TEST(SizeClassAllocator, ExhaustionSaysWhereTheSpaceIs) {
   SizeClassAllocator slots({2 * kMiB});
-  ASSERT_EQ(FillWith(slots, 512u << 10).size(), 4u);
+  const std::vector<RegionSlot> got = FillWith(slots, 512u << 10);
+  ASSERT_EQ(got.size(), 4u);
   const Result<RegionSlot> more = slots.Allocate(4096);
   EXPECT_EQ(more.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(more.status().message().find("no free slot of 4096 bytes"), std::string::npos) << more.status().message();
+  EXPECT_NE(more.status().message().find(" 0 bytes are free in slabs"), std::string::npos) << more.status().message();
+  // A freed slot of the 512 KiB slab is free space another class cannot use: the message counts it.
+  slots.Free(got[1], 512u << 10);
+  const Result<RegionSlot> still = slots.Allocate(4096);
+  EXPECT_NE(still.status().message().find(" 524288 bytes are free in slabs"), std::string::npos) << still.status().message();
+  ASSERT_TRUE(slots.Allocate(512u << 10).ok());
+  EXPECT_NE(slots.Allocate(4096).status().message().find(" 0 bytes are free in slabs"), std::string::npos);
 }
 
 TEST(SizeClassAllocator, LargeClassesUseWholeRegionTails) {
