@@ -59,10 +59,10 @@ struct Client::Impl {
       broken = true;
       return Status::Unavailable("kvtier server: " + (sent.ok() ? frame.status() : sent).message());
     }
-    const protocol::FrameHeader* header = &frame->header;
-    if (!header->reply || header->request_id != id) {
-      if (header->type == protocol::MessageType::kError) {  // e.g. refused before reading (connection limit)
-        Result<protocol::Message> error = protocol::DecodePayload(*header, frame->payload, options.limits);
+    const protocol::FrameHeader& header = frame->header;
+    if (!header.reply || header.request_id != id) {
+      if (header.type == protocol::MessageType::kError) {  // e.g. refused before reading (connection limit)
+        Result<protocol::Message> error = protocol::DecodePayload(header, frame->payload, options.limits);
         broken = true;
         if (error.ok()) {
           const auto& e = std::get<protocol::ErrorReply>(*error);
@@ -70,10 +70,10 @@ struct Client::Impl {
         }
       }
       broken = true;
-      return Status::Unavailable("kvtier server answered request " + std::to_string(header->request_id) +
+      return Status::Unavailable("kvtier server answered request " + std::to_string(header.request_id) +
                                  ", expected " + std::to_string(id));
     }
-    KVTIER_ASSIGN_OR_RETURN(protocol::Message reply, protocol::DecodePayload(*header, frame->payload, options.limits));
+    KVTIER_ASSIGN_OR_RETURN(protocol::Message reply, protocol::DecodePayload(header, frame->payload, options.limits));
     if (const auto* e = std::get_if<protocol::ErrorReply>(&reply)) return Status::FromCode(e->code, "kvtier server: " + e->message);
     return reply;
   }
