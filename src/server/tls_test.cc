@@ -3,8 +3,8 @@
 // per test, by testing/test_certs.h.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <openssl/ssl.h>
 #include <netinet/tcp.h>
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -84,6 +84,43 @@ class TlsTest : public ::testing::Test {
 
   Result<std::unique_ptr<Client>> Connect(ClientOptions options, const std::string& host = "127.0.0.1") {
     return Client::ConnectTcp(host, server_->tcp_port(), std::move(options));
+  }
+
+  // A TLS connection below the Client, for tests that pipeline frames or cork records.
+  struct RawTls {
+    ScopedFd fd;
+    std::unique_ptr<server::TlsContext> context;
+    std::unique_ptr<server::ByteStream> stream;  // borrows fd: declared last, so gone first
+  };
+  Result<RawTls> ConnectRawTls() const {
+    RawTls raw{.fd = testing::ConnectLoopbackTcp(server_->tcp_port())};
+    if (!raw.fd.valid()) return Status::Unavailable("cannot connect to the server's TCP port");
+    KVTIER_ASSIGN_OR_RETURN(raw.context, server::TlsContext::ForClient(Trusting(pki_).tls));
+    KVTIER_ASSIGN_OR_RETURN(raw.stream, raw.context->Connect(raw.fd.get(), "127.0.0.1", 5000));
+    return raw;
+  }
+
+  // The headers of the next `count` frames on `stream`, in order (payloads skipped).
+  static Result<std::vector<protocol::FrameHeader>> ReadHeaders(server::ByteStream& stream, std::size_t count) {
+    std::vector<protocol::FrameHeader> headers;
+    std::vector<std::byte> in;
+    std::vector<ScopedFd> fds;
+    while (headers.size() < count) {
+      std::byte chunk[4096];
+      Result<std::size_t> n = stream.ReadSome(chunk, fds, 5000);
+      if (!n.ok() || *n == 0) {
+        return Status::Unavailable("after " + std::to_string(headers.size()) + " replies: " +
+                                   (n.ok() ? std::string("the server closed") : n.status().ToString()));
+      }
+      in.insert(in.end(), chunk, chunk + *n);
+      while (in.size() >= protocol::kHeaderBytes) {
+        KVTIER_ASSIGN_OR_RETURN(protocol::FrameHeader h, protocol::DecodeHeader(in, {}));
+        if (in.size() < protocol::kHeaderBytes + h.payload_bytes) break;
+        headers.push_back(h);
+        in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(protocol::kHeaderBytes + h.payload_bytes));
+      }
+    }
+    return headers;
   }
 
   // Puts two blocks inline and reads them back, byte for byte.
@@ -184,41 +221,27 @@ TEST_F(TlsTest, WritingToAVanishedPeerIsAnErrorNotSigpipe) {
 // when the socket went quiet.
 TEST_F(TlsTest, PipelinedRequestsInRecordsReadAheadAreAllAnswered) {
   StartServer(TlsOptions());
-  ScopedFd fd = testing::ConnectLoopbackTcp(server_->tcp_port());
-  ASSERT_GE(fd.get(), 0);
-  Result<std::unique_ptr<server::TlsContext>> context = server::TlsContext::ForClient(Trusting(pki_).tls);
-  ASSERT_TRUE(context.ok()) << context.status().ToString();
-  Result<std::unique_ptr<server::ByteStream>> stream = (*context)->Connect(fd.get(), "127.0.0.1", 5000);
-  ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+  Result<RawTls> raw = ConnectRawTls();
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  server::ByteStream& stream = *raw->stream;
   constexpr uint64_t kRequests = 8;
   std::vector<std::byte> frame;
   ASSERT_TRUE(protocol::EncodeFrame(protocol::Hello{}, 1, protocol::MessageType::kError, {}, frame).ok());
-  ASSERT_TRUE((*stream)->Write(frame, {}, 5000).ok());
+  ASSERT_TRUE(stream.Write(frame, {}, 5000).ok());
   int on = 1, off = 0;  // the records leave together, uncorked, and arrive in one read
-  ASSERT_EQ(::setsockopt(fd.get(), IPPROTO_TCP, TCP_CORK, &on, sizeof(on)), 0);
+  ASSERT_EQ(::setsockopt(raw->fd.get(), IPPROTO_TCP, TCP_CORK, &on, sizeof(on)), 0);
   for (uint64_t id = 2; id <= kRequests; ++id) {  // one Write, so one record, each
     frame.clear();
     ASSERT_TRUE(protocol::EncodeFrame(protocol::Stats{}, id, protocol::MessageType::kError, {}, frame).ok());
-    ASSERT_TRUE((*stream)->Write(frame, {}, 5000).ok());
+    ASSERT_TRUE(stream.Write(frame, {}, 5000).ok());
   }
-  ASSERT_EQ(::setsockopt(fd.get(), IPPROTO_TCP, TCP_CORK, &off, sizeof(off)), 0);
-  std::vector<std::byte> in;
-  std::vector<ScopedFd> fds;
+  ASSERT_EQ(::setsockopt(raw->fd.get(), IPPROTO_TCP, TCP_CORK, &off, sizeof(off)), 0);
+  Result<std::vector<protocol::FrameHeader>> replies = ReadHeaders(stream, kRequests);
+  ASSERT_TRUE(replies.ok()) << replies.status().ToString();
   std::vector<uint64_t> answered;
-  while (answered.size() < kRequests) {
-    std::byte chunk[4096];
-    Result<std::size_t> n = (*stream)->ReadSome(chunk, fds, 5000);
-    ASSERT_TRUE(n.ok()) << n.status().ToString() << " after " << answered.size() << " replies";
-    ASSERT_GT(*n, 0u);
-    in.insert(in.end(), chunk, chunk + *n);
-    while (in.size() >= protocol::kHeaderBytes) {
-      Result<protocol::FrameHeader> h = protocol::DecodeHeader(in, {});
-      ASSERT_TRUE(h.ok()) << h.status().ToString();
-      if (in.size() < protocol::kHeaderBytes + h->payload_bytes) break;
-      EXPECT_TRUE(h->reply);
-      answered.push_back(h->request_id);
-      in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(protocol::kHeaderBytes + h->payload_bytes));
-    }
+  for (const protocol::FrameHeader& h : *replies) {
+    EXPECT_TRUE(h.reply);
+    answered.push_back(h.request_id);
   }
   EXPECT_EQ(answered, (std::vector<uint64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
 }
@@ -238,16 +261,14 @@ TEST_F(TlsTest, RequestsReadAheadWaitForTheRequestBudgetAndAreAllServed) {
   std::vector<std::thread> clients;
   for (uint64_t c = 0; c < kConnections; ++c) {
     clients.emplace_back([&, c] {
-      ScopedFd fd = testing::ConnectLoopbackTcp(server_->tcp_port());
-      Result<std::unique_ptr<server::TlsContext>> context = server::TlsContext::ForClient(Trusting(pki_).tls);
-      if (!fd.valid() || !context.ok()) return;
-      Result<std::unique_ptr<server::ByteStream>> stream = (*context)->Connect(fd.get(), "127.0.0.1", 5000);
-      if (!stream.ok()) return;
+      Result<RawTls> raw = ConnectRawTls();
+      if (!raw.ok()) return;
+      server::ByteStream& stream = *raw->stream;
       std::vector<std::byte> frame;
       if (!protocol::EncodeFrame(protocol::Hello{}, 1, protocol::MessageType::kError, {}, frame).ok()) return;
       int on = 1, off = 0;  // every request in its own record, all arriving together
-      ::setsockopt(fd.get(), IPPROTO_TCP, TCP_CORK, &on, sizeof(on));
-      if (!(*stream)->Write(frame, {}, 5000).ok()) return;
+      ::setsockopt(raw->fd.get(), IPPROTO_TCP, TCP_CORK, &on, sizeof(on));
+      if (!stream.Write(frame, {}, 5000).ok()) return;
       std::vector<std::vector<std::byte>> payloads;
       for (uint64_t i = 0; i < kPuts; ++i) {
         payloads.emplace_back(kBytes, static_cast<std::byte>(16 * c + i));
@@ -256,24 +277,14 @@ TEST_F(TlsTest, RequestsReadAheadWaitForTheRequestBudgetAndAreAllServed) {
                               .checksum = PayloadChecksum(payloads.back())});
         frame.clear();
         if (!protocol::EncodeFrame(put, i + 2, protocol::MessageType::kError, {}, frame).ok()) return;
-        if (!(*stream)->Write(frame, {}, 5000).ok()) return;
+        if (!stream.Write(frame, {}, 5000).ok()) return;
       }
-      ::setsockopt(fd.get(), IPPROTO_TCP, TCP_CORK, &off, sizeof(off));
-      std::vector<std::byte> in;
-      std::vector<ScopedFd> fds;
-      for (uint64_t replies = 0; replies < kPuts + 1;) {
-        std::byte chunk[4096];
-        Result<std::size_t> n = (*stream)->ReadSome(chunk, fds, 5000);
-        if (!n.ok() || *n == 0) return;  // a connection never resumed times out here
-        in.insert(in.end(), chunk, chunk + *n);
-        while (in.size() >= protocol::kHeaderBytes) {
-          Result<protocol::FrameHeader> h = protocol::DecodeHeader(in, {});
-          if (!h.ok()) return;
-          if (in.size() < protocol::kHeaderBytes + h->payload_bytes) break;
-          if (h->type == protocol::MessageType::kPut) ++served;
-          ++replies;
-          in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(protocol::kHeaderBytes + h->payload_bytes));
-        }
+      ::setsockopt(raw->fd.get(), IPPROTO_TCP, TCP_CORK, &off, sizeof(off));
+      // A connection never resumed times out here.
+      Result<std::vector<protocol::FrameHeader>> replies = ReadHeaders(stream, kPuts + 1);
+      if (!replies.ok()) return;
+      for (const protocol::FrameHeader& h : *replies) {
+        if (h.type == protocol::MessageType::kPut) ++served;
       }
     });
   }

@@ -25,7 +25,6 @@ tools/cluster/check.sh runs this and cleans up after it even when it is killed.
 """
 
 import argparse
-import functools
 import json
 import os
 import random
@@ -101,38 +100,41 @@ def read_chain(kvtier, client, tag, chain, tally):
     return found
 
 
-def serve_loop(kvtier, socket, auth_token, tag, tally, stop):
+def serve_loop(kvtier, client, tag, tally, stop):
     """Puts chain k and reads chain k - READ_BEHIND, until `stop`."""
-    with kvtier.Client.connect_unix(socket, auth_token=auth_token, shared_memory_bytes=8 << 20, io_timeout_ms=10000) as client:
-        chain = 0
-        while not stop.is_set():
-            try:
-                put_chain(kvtier, client, tag, chain)
-            except Exception as e:
-                tally.error(f"put: {e}")
-            if chain >= READ_BEHIND:
-                read_chain(kvtier, client, tag, chain - READ_BEHIND, tally)
-            chain += 1
+    chain = 0
+    while not stop.is_set():
+        try:
+            put_chain(kvtier, client, tag, chain)
+        except Exception as e:
+            tally.error(f"put: {e}")
+        if chain >= READ_BEHIND:
+            read_chain(kvtier, client, tag, chain - READ_BEHIND, tally)
+        chain += 1
 
 
-def read_loop(kvtier, socket, auth_token, tag, tally, stop, chains):
+def read_loop(kvtier, client, tag, chains, tally, stop):
     """Reads chains 0 .. chains - 1 of `tag` in turn, until `stop`: writes nothing, so the pool's
     LRU evicts nothing while it runs."""
-    with kvtier.Client.connect_unix(socket, auth_token=auth_token, shared_memory_bytes=8 << 20, io_timeout_ms=10000) as client:
-        chain = 0
-        while not stop.is_set():
-            read_chain(kvtier, client, tag, chain % chains, tally)
-            chain += 1
+    chain = 0
+    while not stop.is_set():
+        read_chain(kvtier, client, tag, chain % chains, tally)
+        chain += 1
 
 
-def run_under_load(kvtier, topo, nodes, fault, heal=None, settle_s=6.0, warm_s=3.0, load=None, tag=None):
-    """Loads `nodes` (each its own chains through serve_loop, or `load` on chains of `tag`),
-    applies `fault` after `warm_s`, `heal` right after, then measures whether full hits come
-    back within `settle_s`."""
+def run_under_load(kvtier, topo, nodes, fault, heal=None, settle_s=6.0, warm_s=3.0, load=None):
+    """Loads `nodes`, applies `fault` after `warm_s`, `heal` right after, then measures whether
+    full hits come back within `settle_s`. `load(client, node, tally, stop)` drives one node;
+    by default it puts and reads chains of its own (serve_loop)."""
     stop, tallies = threading.Event(), [Tally() for _ in nodes]
-    load = load or serve_loop
-    threads = [threading.Thread(target=load, args=(kvtier, topo.node_socket(n), topo.auth_token, tag or f"load{n}", t, stop))
-               for n, t in zip(nodes, tallies)]
+    load = load or (lambda client, n, tally, stop: serve_loop(kvtier, client, f"load{n}", tally, stop))
+
+    def drive(n, tally):
+        with kvtier.Client.connect_unix(topo.node_socket(n), auth_token=topo.auth_token, shared_memory_bytes=8 << 20,
+                                        io_timeout_ms=10000) as client:
+            load(client, n, tally, stop)
+
+    threads = [threading.Thread(target=drive, args=(n, t)) for n, t in zip(nodes, tallies)]
     for t in threads:
         t.start()
     try:
@@ -262,7 +264,7 @@ def node_kill(kvtier, topo, chains):
         for c in range(chains):
             put_chain(kvtier, client, "before-kill", c)
     result = run_under_load(kvtier, topo, [1], lambda: topo.kill_node(0), settle_s=3.0,
-                            load=functools.partial(read_loop, chains=chains), tag="before-kill")
+                            load=lambda client, n, tally, stop: read_loop(kvtier, client, "before-kill", chains, tally, stop))
     topo.start_node(0)
     tally = Tally()
     with kvtier.Client.connect_unix(topo.node_socket(0), auth_token=topo.auth_token, shared_memory_bytes=8 << 20) as client:
