@@ -203,6 +203,10 @@ struct StoreTierStats {
   // Evictions the tier itself failed to complete (an NVMe slot header it could not zero):
   // the block is gone from the index, its bytes maybe not (TierStats::evict_failures).
   uint64_t evict_failures = 0;
+  // The lock that guards this tier's policy and accounting while puts of different chains run
+  // side by side (the store's `mu_` held shared): its hold time is a serial part of every
+  // operation on the tier, which the 64-core projection counts (docs/serve.md).
+  LockProfile lock;
 };
 
 struct StoreStats {

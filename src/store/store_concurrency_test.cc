@@ -115,5 +115,53 @@ TEST(StoreConcurrency, EveryOperationAtOnceLosesNoByteAndNoCount) {
   EXPECT_GT(listed, 128u) << "the store kept more than its fast tier holds";
 }
 
+// Puts of different chains from many threads, in a store with room for all of them: each
+// section runs under the metadata lock shared (store_state.h), so none takes it exclusively,
+// and what they record side by side adds up: every block counted once in its tier, every
+// chain read back bit-exact. Half the chains continue one shared first block (a system
+// prompt), so the threads also index children of one parent at once.
+TEST(StoreConcurrency, PutsOfDifferentChainsRunSideBySideAndAddUp) {
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(TestDram(64u << 20, "fast"));
+  Result<std::unique_ptr<TieredStore>> opened = TieredStore::Open(std::move(tiers), {});
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  TieredStore& store = **opened;
+  const TestChains chains(kBlockBytes);
+  constexpr uint64_t kRoot = 1;  // a one-block chain the others continue
+  ASSERT_TRUE(chains.Put(store, kRoot, 1).ok());
+  const BlockKey root = TestChains::Keys(kRoot, 1)[0];
+  const uint64_t before = store.GetStats().metadata_lock.exclusive_acquisitions;
+  constexpr uint64_t kChainsPerThread = 40;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t c = 0; c < kChainsPerThread; ++c) {
+        const uint64_t chain = 1000 + static_cast<uint64_t>(t) * kChainsPerThread + c;
+        const std::optional<BlockKey> parent = c % 2 == 0 ? std::optional(root) : std::nullopt;
+        const Result<PutResult> put = chains.Put(store, chain, kChainBlocks, parent);
+        EXPECT_TRUE(put.ok() && put->new_blocks == kChainBlocks) << put.status().ToString();
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  store.Drain();
+  const StoreStats stats = store.GetStats();
+  EXPECT_EQ(stats.metadata_lock.exclusive_acquisitions, before) << "a put took the metadata lock exclusively";
+  const uint64_t blocks = 1 + kThreads * kChainsPerThread * kChainBlocks;
+  EXPECT_EQ(stats.tiers[0].blocks, blocks);
+  EXPECT_EQ(stats.tiers[0].used_bytes, blocks * kBlockBytes);
+  EXPECT_EQ(stats.index_blocks, blocks);
+  EXPECT_EQ(stats.put_blocks, blocks);
+  for (uint64_t chain = 1000; chain < 1000 + kThreads * kChainsPerThread; ++chain) {
+    const bool continues_root = (chain - 1000) % kChainsPerThread % 2 == 0;
+    std::vector<BlockKey> keys = TestChains::Keys(chain, kChainBlocks);
+    if (continues_root) keys.insert(keys.begin(), root);
+    EXPECT_EQ(store.Lookup(keys).prefix_blocks, keys.size()) << "chain " << chain;
+    EXPECT_EQ(chains.Get(store, chain, kChainBlocks, continues_root ? std::optional(root) : std::nullopt),
+              kChainBlocks)
+        << "chain " << chain;
+  }
+}
+
 }  // namespace
 }  // namespace kvtier

@@ -90,19 +90,19 @@ std::vector<TieredStore::Impl::Victim> TieredStore::Impl::PlanVictims(int t, uin
     const std::optional<BlockKey> victim = ts.policy->Victim();
     if (!victim) break;
     const std::optional<BlockInfo> info = index.Find(*victim);
-    auto it = blocks.find(*victim);
-    if (!info || it == blocks.end()) {  // cannot happen; keep the policy consistent
-      ts.policy->Remove(*victim, Now());
+    Block* entry = blocks.Find(*victim);
+    if (!info || entry == nullptr) {  // cannot happen; keep the policy consistent
+      ts.policy->Remove(*victim, ts.Tell(Now()));
       continue;
     }
-    BeginMoveLocked(*victim, it->second);
-    Victim v = ChooseActionLocked(*victim, *info, it->second, t);
+    BeginMoveLocked(*victim, *entry);
+    Victim v = ChooseActionLocked(*victim, *info, *entry, t);
     if (v.action == Victim::Action::kDemote && t == last_tier()) {
-      EndMoveLocked(*victim, it->second);  // an interior block of the last tier: nowhere to go
+      EndMoveLocked(*victim, *entry);  // an interior block of the last tier: nowhere to go
       break;
     }
     planned += v.action == Victim::Action::kSplit ? options.head_layout->PackedBytes(v.lower)
-                                                  : BytesIn(it->second, t, info->meta.size_bytes);
+                                                  : BytesIn(*entry, t, info->meta.size_bytes);
     batch.push_back(std::move(v));
   }
   if (batch.empty()) ts.rebalance_queued = false;  // nothing (more) to move: this rebalance ends
@@ -209,7 +209,7 @@ bool TieredStore::Impl::SettleVictims(int t, std::span<const Victim> batch, std:
     // block just dropped, say) lands before the eviction and is deleted by it.
     ExclusiveLock lock(*this);
     for (const BlockKey& key : leaving) {
-      if (auto it = blocks.find(key); it != blocks.end()) EndMoveLocked(key, it->second);
+      if (Block* entry = blocks.Find(key); entry != nullptr) EndMoveLocked(key, *entry);
       ForgetLocked(key);  // dropped: held by no tier now
     }
   }
@@ -219,9 +219,9 @@ bool TieredStore::Impl::SettleVictims(int t, std::span<const Victim> batch, std:
 
 bool TieredStore::Impl::SettleVictimLocked(int t, const Victim& v, const Status& moved, std::vector<BlockKey>& leaving,
                                            std::vector<std::pair<int, BlockKey>>& parts_leaving) {
-  auto it = blocks.find(v.key);
-  if (it == blocks.end()) return false;
-  Block& b = it->second;
+  Block* entry = blocks.Find(v.key);
+  if (entry == nullptr) return false;
+  Block& b = *entry;
   EndMoveLocked(v.key, b);
   const std::optional<BlockInfo> info = index.Find(v.key);
   if (!info || !(info->meta.tiers & (1u << t))) return false;
@@ -327,12 +327,12 @@ std::vector<TieredStore::Impl::Promotion> TieredStore::Impl::BeginPromotions(std
   ExclusiveLock lock(*this);
   for (const BlockKey& key : keys) {
     const std::optional<BlockInfo> info = index.Find(key);
-    auto it = blocks.find(key);
-    if (!info || it == blocks.end() || it->second.moving) continue;
+    Block* entry = blocks.Find(key);
+    if (!info || entry == nullptr || entry->moving) continue;
     const int from = FastestTier(info->meta.tiers);
     if (from <= 0) continue;  // absent, or in the fastest tier already
-    moves.push_back({.key = key, .from = from, .meta = info->meta, .block = it->second});
-    BeginMoveLocked(key, it->second);
+    moves.push_back({.key = key, .from = from, .meta = info->meta, .block = *entry});
+    BeginMoveLocked(key, *entry);
     if (prefetch) ++stats.prefetch_issued;
   }
   return moves;
@@ -388,19 +388,19 @@ void TieredStore::Impl::FinishPromotion(Promotion& move, bool prefetch) {
   Result<int> placed = move.read.ok() ? Place(move.key, move.meta, move.block, payload, move.from, carried)
                                       : Result<int>(move.read);
   ExclusiveLock lock(*this);
-  auto it = blocks.find(move.key);
-  if (it == blocks.end()) return;
-  EndMoveLocked(move.key, it->second);
+  Block* entry = blocks.Find(move.key);
+  if (entry == nullptr) return;
+  EndMoveLocked(move.key, *entry);
   if (placed.ok() && *placed >= 0) {
-    AddToTierLocked(move.key, *placed, move.meta, it->second);
+    AddToTierLocked(move.key, *placed, move.meta, *entry);
     ++tier_state(*placed).stats.promotions;
     // A Get's promotions from a networked tier went through its gate; their outcome settles it.
     if (!prefetch && promotion_gates[static_cast<std::size_t>(move.from)] != nullptr) {
-      it->second.promoted_to = static_cast<int8_t>(*placed);
-      it->second.promoted_from = static_cast<int8_t>(move.from);
+      entry->promoted_to = static_cast<int8_t>(*placed);
+      entry->promoted_from = static_cast<int8_t>(move.from);
     }
     if (prefetch && *placed == 0) {
-      it->second.prefetched = true;
+      entry->prefetched = true;
       prefetch_window->OnPrefetched(1, move.meta.size_bytes);
     }
   }

@@ -9,17 +9,18 @@ namespace kvtier {
 
 std::optional<JournalRecord> TieredStore::Impl::JournalRecordLocked(const BlockKey& key, TierMask held) const {
   const std::optional<BlockInfo> info = index.Find(key);
-  auto it = blocks.find(key);
-  if (!info || it == blocks.end()) return std::nullopt;
+  BlockGuard guard(blocks, BlockGuard::Mode::kShared, key);
+  const Block* entry = blocks.Find(key);
+  if (!info || entry == nullptr) return std::nullopt;
   return JournalRecord{.kind = JournalRecord::Kind::kPut,
                        .key = key,
                        .parent = info->parent,
                        .tiers = held,
-                       .tokens = it->second.tokens,
+                       .tokens = entry->tokens,
                        .bytes = info->meta.size_bytes,
                        .type = info->meta.type,
                        .transition = info->meta.transition,
-                       .recompute_seconds = it->second.recompute_s};
+                       .recompute_seconds = entry->recompute_s};
 }
 
 Status TieredStore::Impl::JournalPuts(int t, std::span<const BlockKey> keys) {
@@ -57,7 +58,10 @@ void TieredStore::Impl::MaybeCompactJournal() {
   {
     std::shared_lock lock(mu_);
     for (int t = 0; t <= last_tier(); ++t) {
-      if (durable & (1u << t)) live += tier_state(t).blocks;
+      if (durable & (1u << t)) {
+        auto tier_lock = tier_state(t).Lock();
+        live += tier_state(t).blocks;
+      }
     }
   }
   const uint64_t min_records = options.persistence->compact_journal_min_records;
@@ -90,24 +94,24 @@ Status TieredStore::Impl::CopyToPersistTier(const BlockKey& key, std::vector<std
   {
     ExclusiveLock lock(*this);
     const std::optional<BlockInfo> info = index.Find(key);
-    auto it = blocks.find(key);
-    if (!info || it == blocks.end() || info->meta.tiers == 0 || (info->meta.tiers & durable)) {
+    Block* entry = blocks.Find(key);
+    if (!info || entry == nullptr || info->meta.tiers == 0 || (info->meta.tiers & durable)) {
       return Status::Ok();  // dropped meanwhile, or persisted already
     }
-    if (it->second.moving) return Status::Unavailable("store: block " + key.ToHex() + " was moving; Flush again");
+    if (entry->moving) return Status::Unavailable("store: block " + key.ToHex() + " was moving; Flush again");
     from = FastestTier(info->meta.tiers);
     meta = info->meta;
-    BeginMoveLocked(key, it->second);  // stays where it is until it is copied
+    BeginMoveLocked(key, *entry);  // stays where it is until it is copied
   }
   buffer.resize(meta.size_bytes);
   uint64_t checksum = 0;  // carried to the persist tier, which checks the copy against it
   Status s = ReadFrom(from, key, buffer, &checksum);
   if (s.ok()) s = Persist(key, buffer, meta.size_bytes, checksum);
   ExclusiveLock lock(*this);
-  auto it = blocks.find(key);
-  if (it == blocks.end()) return s;
-  EndMoveLocked(key, it->second);
-  if (s.ok()) AddToTierLocked(key, persist_tier, meta, it->second);
+  Block* entry = blocks.Find(key);
+  if (entry == nullptr) return s;
+  EndMoveLocked(key, *entry);
+  if (s.ok()) AddToTierLocked(key, persist_tier, meta, *entry);
   RefreshEvictableLocked(key);
   return s.WithContext("store: flushing block " + key.ToHex());
 }
@@ -259,7 +263,7 @@ std::vector<JournalRecord> TieredStore::Impl::IndexRecoveredLocked(std::span<con
   std::vector<JournalRecord> recovered;
   for (std::size_t i : order) {
     const JournalRecord& r = live[i];
-    if (intact[i] == 0 || (r.parent && !blocks.contains(*r.parent))) {
+    if (intact[i] == 0 || (r.parent && !blocks.Contains(*r.parent))) {
       intact[i] = 0;
       continue;
     }

@@ -1,6 +1,7 @@
 // The store's put path (store_state.h): a chain's new blocks go into the fastest tier that
 // admits them (with write-through, into the persist tier first); blocks already stored are
 // touched.
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -38,7 +39,7 @@ Result<int> TieredStore::Impl::Place(const BlockKey& key, const BlockMeta& meta,
   Status last_error = Status::Ok();
   for (int t = 0; t < end; ++t) {
     TierState& ts = tier_state(t);
-    auto full = [&] { return ts.capacity > 0 && ts.used + meta.size_bytes > ts.capacity; };
+    auto full = [&] { return ts.capacity > 0 && UsedBytesLocked(t) + meta.size_bytes > ts.capacity; };
     bool room = false;
     {
       std::shared_lock lock(mu_);  // most writes find room: only a full tier asks its policy
@@ -46,7 +47,7 @@ Result<int> TieredStore::Impl::Place(const BlockKey& key, const BlockMeta& meta,
     }
     if (!room) {
       ExclusiveLock lock(*this);
-      if (full() && !ts.policy->ShouldAdmit(Resident(key, meta, b), Now())) {
+      if (full() && !ts.policy->ShouldAdmit(Resident(key, meta, b), ts.Tell(Now()))) {
         ++ts.stats.refused;
         continue;
       }
@@ -70,11 +71,13 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
   struct Progress : PutProgress {
     Impl& s;
     explicit Progress(Impl& store) : s(store) {}
+    // Shared is enough when nothing is held (each pin is let go under its block's shard).
     void ReleaseLocked() {
       s.ReleaseHeldLocked(*this);
       for (const BlockKey& key : pinned) {
-        auto it = s.blocks.find(key);
-        if (it != s.blocks.end() && it->second.pins > 0) --it->second.pins;
+        BlockGuard guard(s.blocks, BlockGuard::Mode::kExclusive, key);
+        Block* entry = s.blocks.Find(key);
+        if (entry != nullptr && entry->pins > 0) --entry->pins;
         s.RefreshEvictableLocked(key);
       }
       pinned.clear();
@@ -97,18 +100,43 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
   Status failed = Status::Ok();   // ends the put once its writes so far are recorded
   for (;;) {
     std::vector<std::pair<std::size_t, PutAction>> batch;
+    bool recorded = false;  // `written` is recorded
+    bool stop = false;      // the put ends: done, refused or failed
     bool ended = false;
-    {
-      ExclusiveLock lock(*this);
-      ended = !RecordBatchLocked(chain, written, result, progress, failed) || !failed.ok() || next == chain.size();
-      if (!ended) {
-        failed = IndexBatchLocked(chain, metas, blocks_to_put, next, previous, result, progress, batch, lock);
-        ended = !failed.ok();
+    // One section: records the last batch's writes, indexes the next batch, or ends the put.
+    // With `lock` null it runs under `mu_` shared, beside other puts; what it cannot do so
+    // (wait for a block another holds, forget blocks after an error) it leaves undone and
+    // returns false, to go on under the exclusive lock from where it stopped.
+    auto section = [&](ExclusiveLock* lock) {
+      if (!recorded) {
+        stop = !RecordBatchLocked(chain, written, result, progress, failed) || !failed.ok() || next == chain.size();
+        recorded = true;
       }
+      ended = stop;
+      if (!ended) {
+        bool must_wait = false;
+        failed = IndexBatchLocked(chain, metas, blocks_to_put, next, previous, result, progress, batch, lock,
+                                  must_wait);
+        if (must_wait) return false;
+        ended = stop = !failed.ok();
+      }
+      if (ended && lock == nullptr && !progress.held.empty()) return false;  // blocks to forget
       if (ended) {
-        ++stats.puts;
+        write_counters.puts.fetch_add(1, std::memory_order_relaxed);
         progress.ReleaseLocked();
       }
+      return true;
+    };
+    // The common case, every write of the last batch stored, runs shared.
+    bool done = false;
+    if (failed.ok() && std::ranges::all_of(written, [&](const PutWrite& w) { return Stored(w); })) {
+      std::shared_lock lock(mu_);
+      ApplyDeferredHitsLocked();  // as an exclusive section does first: the policies see the hits before
+      done = section(nullptr);
+    }
+    if (!done) {
+      ExclusiveLock lock(*this);
+      section(&lock);
     }
     if (shared_tier >= 0) {
       for (const PutWrite& w : written) {
@@ -137,8 +165,9 @@ void TieredStore::Impl::DescribeChain(std::span<const BlockPut> chain, const std
   uint64_t tokens_before = 0;
   if (parent) {
     std::shared_lock lock(mu_);
-    auto it = blocks.find(*parent);
-    if (it != blocks.end()) tokens_before = it->second.tokens_before + it->second.tokens;
+    BlockGuard guard(blocks, BlockGuard::Mode::kShared, *parent);
+    const Block* entry = blocks.Find(*parent);
+    if (entry != nullptr) tokens_before = entry->tokens_before + entry->tokens;
   }
   for (std::size_t i = 0; i < chain.size(); ++i) {
     const BlockPut& p = chain[i];
@@ -159,7 +188,10 @@ bool TieredStore::Impl::RecordBatchLocked(std::span<const BlockPut> chain, std::
   std::size_t recorded = 0;
   bool stored_all = true;
   for (const PutWrite& w : written) {
-    Result<bool> stored = RecordPutWriteLocked(chain[w.i], w, result, progress.pinned);
+    Result<bool> stored = [&] {
+      BlockGuard guard(blocks, BlockGuard::Mode::kExclusive, chain[w.i].key);
+      return RecordPutWriteLocked(chain[w.i], w, result, progress.pinned);
+    }();
     ++recorded;
     if (stored.ok() && *stored) {
       ++(w.action == PutAction::kNew ? result.new_blocks : result.present_blocks);
@@ -193,15 +225,22 @@ Status TieredStore::Impl::IndexBatchLocked(std::span<const BlockPut> chain, std:
                                            std::optional<BlockKey>& previous, PutResult& result,
                                            PutProgress& progress,
                                            std::vector<std::pair<std::size_t, PutAction>>& batch,
-                                           ExclusiveLock& lock) {
+                                           ExclusiveLock* lock, bool& must_wait) {
   const uint64_t budget = PutBatchBytesLocked();
   uint64_t bytes = 0;
   while (next < chain.size() && (batch.empty() || bytes < budget)) {
-    KVTIER_ASSIGN_OR_RETURN(const PutAction action, IndexForPutLocked(chain[next], next, previous, metas[next],
-                                                                      blocks_to_put[next], progress.pinned));
+    Result<PutAction> indexed = [&] {
+      BlockGuard guard(blocks, BlockGuard::Mode::kExclusive, chain[next].key, previous);
+      return IndexForPutLocked(chain[next], next, previous, metas[next], blocks_to_put[next], progress.pinned);
+    }();
+    KVTIER_ASSIGN_OR_RETURN(const PutAction action, std::move(indexed));
     if (action == PutAction::kWait) {
       if (!batch.empty()) return Status::Ok();  // the blocks before it go first
-      move_done_.wait(lock);
+      if (lock == nullptr) {  // a wait needs `mu_` exclusive: move_done_ is notified under it
+        must_wait = true;
+        return Status::Ok();
+      }
+      move_done_.wait(*lock);
       continue;
     }
     if (action != PutAction::kPresent) {
@@ -220,9 +259,9 @@ Status TieredStore::Impl::IndexBatchLocked(std::span<const BlockPut> chain, std:
 void TieredStore::Impl::ReleaseHeldLocked(PutProgress& progress) {
   for (auto held = progress.held.rbegin(); held != progress.held.rend(); ++held) {
     const auto& [key, action] = *held;
-    auto it = blocks.find(key);
-    if (it == blocks.end()) continue;
-    if (it->second.moving) EndMoveLocked(key, it->second);
+    Block* entry = blocks.Find(key);
+    if (entry == nullptr) continue;
+    if (entry->moving) EndMoveLocked(key, *entry);
     if (action == PutAction::kNew) ForgetLocked(key);
   }
   progress.held.clear();
@@ -285,20 +324,25 @@ Result<TieredStore::Impl::PutAction> TieredStore::Impl::IndexForPutLocked(const 
       return Status::AlreadyExists("store: block " + p.key.ToHex() +
                                    " is stored under another parent (a hash collision)");
     }
-    auto it = blocks.find(p.key);
+    Block* entry = blocks.Find(p.key);
     const bool unpersisted = write_through() && !(info->meta.tiers & durable) &&
-                             info->meta.size_bytes == meta.size_bytes && it != blocks.end();
+                             info->meta.size_bytes == meta.size_bytes && entry != nullptr;
     // Write-through acknowledges a block once the persist tier holds it: one a mover holds
     // (demoting it, perhaps into the persist tier, perhaps failing) is the mover's until it
     // lets go; then this Put looks again.
-    if (unpersisted && it->second.moving) return PutAction::kWait;
-    ++stats.put_blocks;
+    if (unpersisted && entry->moving) return PutAction::kWait;
+    write_counters.put_blocks.fetch_add(1, std::memory_order_relaxed);
     index.Touch({&p.key, 1}, static_cast<uint64_t>(Now() * 1e6));
-    tier_state(FastestTier(info->meta.tiers)).policy->Touch(p.key, p.transition, Now());
-    if (it != blocks.end()) {
-      ++it->second.pins;
+    {
+      TierState& fastest = tier_state(FastestTier(info->meta.tiers));
+      const double now = Now();
+      auto tier_lock = fastest.Lock();
+      fastest.policy->Touch(p.key, p.transition, fastest.Tell(now));
+    }
+    if (entry != nullptr) {
+      ++entry->pins;
       pinned.push_back(p.key);
-      if (unpersisted) BeginMoveLocked(p.key, it->second);
+      if (unpersisted) BeginMoveLocked(p.key, *entry);
       RefreshEvictableLocked(p.key);
     }
     meta = info->meta;
@@ -306,8 +350,8 @@ Result<TieredStore::Impl::PutAction> TieredStore::Impl::IndexForPutLocked(const 
   }
   // A block held by no tier whose last copy a mover is still evicting: written now, the new
   // copy could be the one the eviction deletes.
-  if (auto it = blocks.find(p.key); info && it != blocks.end() && it->second.moving) return PutAction::kWait;
-  ++stats.put_blocks;
+  if (Block* entry = blocks.Find(p.key); info && entry != nullptr && entry->moving) return PutAction::kWait;
+  write_counters.put_blocks.fetch_add(1, std::memory_order_relaxed);
   if (!info) {
     Result<std::size_t> inserted = index.Insert({&p.key, 1}, {&meta, 1}, static_cast<uint64_t>(Now() * 1e6), previous);
     if (!inserted.ok()) return inserted.status().WithContext("store: block " + std::to_string(i));
@@ -320,11 +364,11 @@ Result<TieredStore::Impl::PutAction> TieredStore::Impl::IndexForPutLocked(const 
 
 Result<bool> TieredStore::Impl::RecordPutWriteLocked(const BlockPut& p, const PutWrite& w, const PutResult& so_far,
                                                      std::vector<BlockKey>& pinned) {
-  auto it = blocks.find(p.key);
-  if (it != blocks.end() && it->second.moving) EndMoveLocked(p.key, it->second);  // this put held it
+  Block* entry = blocks.Find(p.key);
+  if (entry != nullptr && entry->moving) EndMoveLocked(p.key, *entry);  // this put held it
   if (w.action == PutAction::kRepersist) {
-    if (it != blocks.end()) {
-      if (w.persisted.ok()) AddToTierLocked(p.key, persist_tier, w.meta, it->second);
+    if (entry != nullptr) {
+      if (w.persisted.ok()) AddToTierLocked(p.key, persist_tier, w.meta, *entry);
       RefreshEvictableLocked(p.key);
     }
     if (w.persisted.ok()) return true;
@@ -353,10 +397,10 @@ Result<bool> TieredStore::Impl::RecordPutWriteLocked(const BlockPut& p, const Pu
     }
     return false;
   }
-  ++it->second.pins;
+  ++entry->pins;
   pinned.push_back(p.key);
-  if (write_through()) AddToTierLocked(p.key, persist_tier, w.meta, it->second);
-  if (w.placed.ok() && *w.placed >= 0) AddToTierLocked(p.key, *w.placed, w.meta, it->second);
+  if (write_through()) AddToTierLocked(p.key, persist_tier, w.meta, *entry);
+  if (w.placed.ok() && *w.placed >= 0) AddToTierLocked(p.key, *w.placed, w.meta, *entry);
   RefreshEvictableLocked(p.key);
   return true;
 }

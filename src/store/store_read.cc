@@ -52,9 +52,10 @@ LookupResult TieredStore::Impl::LookupIndexedLocked(std::span<const BlockKey> ke
     result.tier.push_back(t);
     result.bytes.push_back(info.meta.size_bytes);
     if (options.cost_model) {
-      auto it = blocks.find(info.key);
-      const uint64_t tokens = it == blocks.end() ? 0 : it->second.tokens;
-      const uint64_t before = it == blocks.end() ? 0 : it->second.tokens_before;
+      BlockGuard guard(blocks, BlockGuard::Mode::kShared, info.key);
+      const Block* entry = blocks.Find(info.key);
+      const uint64_t tokens = entry == nullptr ? 0 : entry->tokens;
+      const uint64_t before = entry == nullptr ? 0 : entry->tokens_before;
       result.decisions.push_back(
           DecideLoad(*options.cost_model, tier_state(t).cost, info.meta.size_bytes, tokens, before));
     }
@@ -176,9 +177,10 @@ std::vector<TieredStore::Impl::PlannedRead> TieredStore::Impl::PlanReadsLocked(s
     PlannedRead& read = plan.emplace_back();
     read.tier = FastestTier(info.meta.tiers);
     read.bytes = info.meta.size_bytes;
-    if (auto it = blocks.find(info.key); it != blocks.end()) {
-      read.split = SplitIn(it->second, read.tier);
-      read.placement = it->second.placement;
+    BlockGuard guard(blocks, BlockGuard::Mode::kShared, info.key);
+    if (const Block* entry = blocks.Find(info.key); entry != nullptr) {
+      read.split = SplitIn(*entry, read.tier);
+      read.placement = entry->placement;
     }
   }
   return plan;
@@ -242,9 +244,10 @@ Result<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadForGet(
       if (!info || info->meta.tiers == 0 || !ContinuesRun(*info, previous)) return miss;
       where.tier = FastestTier(info->meta.tiers);
       where.bytes = info->meta.size_bytes;
-      if (auto it = blocks.find(key); it != blocks.end()) {
-        where.split = SplitIn(it->second, where.tier);
-        where.placement = it->second.placement;
+      BlockGuard guard(blocks, BlockGuard::Mode::kShared, key);
+      if (const Block* entry = blocks.Find(key); entry != nullptr) {
+        where.split = SplitIn(*entry, where.tier);
+        where.placement = entry->placement;
       }
     }
     if (!options.metadata_only && out.size() < where.bytes) {
@@ -269,7 +272,7 @@ Result<std::optional<TieredStore::Impl::ReadHit>> TieredStore::Impl::ReadForGet(
       return miss;  // its tier is down (a remote pool): a miss from here on, not an error
     } else if (n.code() != StatusCode::kNotFound) {
       return n.WithContext("store: reading block " + std::to_string(i));
-    } else if (auto it = blocks.find(key); it != blocks.end() && !it->second.moving && it->second.placement == placement) {
+    } else if (Block* entry = blocks.Find(key); entry != nullptr && !entry->moving && entry->placement == placement) {
       // Not found, and no move touched the block meanwhile: the tier lost it (a TTL, a
       // restart, another process). Forget that copy and try the next.
       ++stats.vanished_copies;
@@ -299,27 +302,34 @@ void TieredStore::Impl::DeferHits(std::span<const BlockKey> keys, std::span<cons
 
 void TieredStore::Impl::ApplyDeferredHitsLocked() {
   if (!hits_deferred.load(std::memory_order_acquire)) return;
+  thread_local std::vector<DeferredHit> applying;  // keeps its capacity: no allocation per section
+  applying.clear();
   {
     std::lock_guard lock(hits_mu_);
-    applying_hits.swap(deferred_hits);
+    applying.swap(deferred_hits);
     hits_deferred.store(false, std::memory_order_relaxed);
   }
-  for (const DeferredHit& h : applying_hits) RecordHitLocked(h.key, h.tier, h.transition, h.gathered, h.at);
-  applying_hits.clear();
+  for (const DeferredHit& h : applying) {
+    BlockGuard guard(blocks, BlockGuard::Mode::kExclusive, h.key);
+    RecordHitLocked(h.key, h.tier, h.transition, h.gathered, h.at);
+  }
 }
 
 void TieredStore::Impl::RecordHitLocked(const BlockKey& key, int t, TransitionType transition, bool gathered,
                                         double at) {
-  if (gathered) ++stats.head_split_reads;
-  TierState& ts = tier_state(t);
-  ++ts.stats.hits;
-  ts.policy->Touch(key, transition, at);
+  if (gathered) read_counters.head_split_reads.fetch_add(1, std::memory_order_relaxed);
+  {
+    TierState& ts = tier_state(t);
+    auto lock = ts.Lock();
+    ++ts.stats.hits;
+    ts.policy->Touch(key, transition, ts.Tell(at));
+  }
   index.Touch({&key, 1}, static_cast<uint64_t>(at * 1e6));
-  auto it = blocks.find(key);
-  if (it != blocks.end() && it->second.promoted_to >= t) SettlePromotionLocked(it->second, /*used=*/true);
-  if (t == 0 && it != blocks.end() && it->second.prefetched) {
-    it->second.prefetched = false;
-    ++stats.prefetch_used;
+  Block* entry = blocks.Find(key);
+  if (entry != nullptr && entry->promoted_to >= t) SettlePromotionLocked(*entry, /*used=*/true);
+  if (t == 0 && entry != nullptr && entry->prefetched) {
+    entry->prefetched = false;
+    read_counters.prefetch_used.fetch_add(1, std::memory_order_relaxed);
     prefetch_window->OnUsed(1);
   }
 }

@@ -42,15 +42,15 @@ void TieredStore::Impl::WriteCards(std::span<const BlockKey> written) {
     ExclusiveLock lock(*this);
     for (const BlockKey& key : written) {
       const std::optional<BlockInfo> info = index.Find(key);
-      auto it = blocks.find(key);
-      if (!info || it == blocks.end()) continue;  // forgotten meanwhile: nobody should find it
+      Block* entry = blocks.Find(key);
+      if (!info || entry == nullptr) continue;  // forgotten meanwhile: nobody should find it
       cards.push_back(EncodeBlockCard({.key = key,
                                        .parent = info->parent,
                                        .bytes = info->meta.size_bytes,
-                                       .tokens = it->second.tokens,
+                                       .tokens = entry->tokens,
                                        .type = info->meta.type,
                                        .transition = info->meta.transition,
-                                       .recompute_seconds = it->second.recompute_s}));
+                                       .recompute_seconds = entry->recompute_s}));
       ops.push_back({CardKey(key), cards.back()});
     }
   }
@@ -73,14 +73,14 @@ void TieredStore::Impl::Publish(const BlockKey& key, std::span<const std::byte> 
   }
   const Status written = WriteMakingRoom(shared_tier, key, payload, meta.size_bytes, checksum);
   ExclusiveLock lock(*this);
-  auto it = blocks.find(key);
+  Block* entry = blocks.Find(key);
   const std::optional<BlockInfo> info = index.Find(key);
   if (!written.ok()) {
     ++stats.shared_publish_failures;
     return;
   }
-  if (it != blocks.end() && info && !(info->meta.tiers & (1u << shared_tier))) {
-    AddToTierLocked(key, shared_tier, info->meta, it->second);
+  if (entry != nullptr && info && !(info->meta.tiers & (1u << shared_tier))) {
+    AddToTierLocked(key, shared_tier, info->meta, *entry);
     RefreshEvictableLocked(key);
   }
 }
@@ -119,7 +119,7 @@ std::size_t TieredStore::Impl::IndexCardsLocked(std::span<const BlockCard> cards
       if (known->parent != c.parent) break;  // put here under another parent meanwhile
       continue;                              // put here meanwhile: its own entry serves
     }
-    if (c.parent && !blocks.contains(*c.parent)) break;
+    if (c.parent && !blocks.Contains(*c.parent)) break;
     const BlockMeta meta{.size_bytes = c.bytes, .type = c.type, .transition = c.transition};
     if (!index.Insert({&c.key, 1}, {&meta, 1}, static_cast<uint64_t>(Now() * 1e6), c.parent).ok()) break;
     const uint64_t tokens_before = c.parent ? blocks[*c.parent].tokens_before + blocks[*c.parent].tokens : 0;

@@ -31,11 +31,14 @@ bool TieredStore::Impl::EvictableLocked(const BlockInfo& info, const Block& b, i
 
 void TieredStore::Impl::RefreshEvictableLocked(const BlockKey& key) {
   const std::optional<BlockInfo> info = index.Find(key);
-  auto it = blocks.find(key);
-  if (!info || it == blocks.end()) return;
+  const Block* b = blocks.Find(key);
+  if (!info || b == nullptr) return;
   for (int t = 0; t <= last_tier(); ++t) {
     if (info->meta.tiers & (1u << t)) {
-      tier_state(t).policy->SetEvictable(key, EvictableLocked(*info, it->second, t));
+      const bool evictable = EvictableLocked(*info, *b, t);
+      TierState& ts = tier_state(t);
+      auto lock = ts.Lock();
+      ts.policy->SetEvictable(key, evictable);
     }
   }
 }
@@ -55,10 +58,10 @@ void TieredStore::Impl::EndMoveLocked(const BlockKey& key, Block& b) {
 
 void TieredStore::Impl::DropCopyLocked(const BlockKey& key, int t, std::vector<std::pair<int, BlockKey>>& evict) {
   const std::optional<BlockInfo> info = index.Find(key);
-  auto it = blocks.find(key);
-  if (!info || it == blocks.end() || !(info->meta.tiers & (1u << t))) return;
-  const uint32_t here = BytesIn(it->second, t, info->meta.size_bytes);
-  if (it->second.split && it->second.split->upper_tier == t) evict.push_back(ForgetSplitLocked(key, it->second));
+  Block* b = blocks.Find(key);
+  if (!info || b == nullptr || !(info->meta.tiers & (1u << t))) return;
+  const uint32_t here = BytesIn(*b, t, info->meta.size_bytes);
+  if (b->split && b->split->upper_tier == t) evict.push_back(ForgetSplitLocked(key, *b));
   RemoveFromTierLocked(key, t, here);
   evict.push_back({t, key});
   ForgetLocked(key);
@@ -67,15 +70,21 @@ void TieredStore::Impl::DropCopyLocked(const BlockKey& key, int t, std::vector<s
 
 void TieredStore::Impl::AddToTierLocked(const BlockKey& key, int t, const BlockMeta& meta, const Block& b) {
   TierState& ts = tier_state(t);
-  if (auto it = blocks.find(key); it != blocks.end()) ++it->second.placement;
-  if (auto pending = pending_evictions.find(key); pending != pending_evictions.end()) {
-    pending->second = static_cast<TierMask>(pending->second & ~(1u << t));  // the new copy stays
-    if (pending->second == 0) pending_evictions.erase(pending);
+  if (Block* found = blocks.Find(key)) ++found->placement;
+  {
+    std::lock_guard lock(pending_mu_);
+    if (auto pending = pending_evictions.find(key); pending != pending_evictions.end()) {
+      pending->second = static_cast<TierMask>(pending->second & ~(1u << t));  // the new copy stays
+      if (pending->second == 0) pending_evictions.erase(pending);
+    }
   }
   (void)index.SetTier(key, t, true);
+  const ResidentBlock resident = Resident(key, meta, b);
+  const double now = Now();
+  auto lock = ts.Lock();
   ts.used += meta.size_bytes;
   ++ts.blocks;
-  ts.policy->Admit(Resident(key, meta, b), Now());
+  ts.policy->Admit(resident, ts.Tell(now));
 }
 
 void TieredStore::Impl::TellExpectedLocked(const BlockKey& key, std::optional<uint64_t> order) {
@@ -91,12 +100,12 @@ void TieredStore::Impl::RemoveFromTierLocked(const BlockKey& key, int t, uint32_
   (void)index.SetTier(key, t, false);
   ts.used -= std::min<uint64_t>(ts.used, bytes);
   if (ts.blocks > 0) --ts.blocks;
-  ts.policy->Remove(key, Now());
-  auto it = blocks.find(key);
-  if (it != blocks.end()) ++it->second.placement;
-  if (it != blocks.end() && it->second.promoted_to == t) SettlePromotionLocked(it->second, /*used=*/false);
-  if (t == 0 && it != blocks.end() && it->second.prefetched) {
-    it->second.prefetched = false;
+  ts.policy->Remove(key, ts.Tell(Now()));
+  Block* b = blocks.Find(key);
+  if (b != nullptr) ++b->placement;
+  if (b != nullptr && b->promoted_to == t) SettlePromotionLocked(*b, /*used=*/false);
+  if (t == 0 && b != nullptr && b->prefetched) {
+    b->prefetched = false;
     ++stats.prefetch_wasted;
     stats.prefetch_wasted_bytes += bytes;
     prefetch_window->OnWasted(1, bytes);
@@ -114,9 +123,9 @@ void TieredStore::Impl::ForgetLocked(const BlockKey& key) {
   while (next) {
     const std::optional<BlockInfo> info = index.Find(*next);
     if (!info || info->meta.tiers != 0 || info->children != 0) return;
-    if (auto it = blocks.find(*next); it != blocks.end() && (it->second.pins > 0 || it->second.moving)) return;
+    if (const Block* b = blocks.Find(*next); b != nullptr && (b->pins > 0 || b->moving)) return;
     if (!index.Evict(*next).ok()) return;
-    blocks.erase(*next);
+    blocks.Erase(*next);
     if (info->parent) RefreshEvictableLocked(*info->parent);
     next = info->parent;  // a parent a tier lost stayed listed only for this child
   }
@@ -124,7 +133,14 @@ void TieredStore::Impl::ForgetLocked(const BlockKey& key) {
 
 bool TieredStore::Impl::OverHighWatermarkLocked(int t) const {
   const TierState& ts = tier_state(t);
-  return ts.capacity > 0 && static_cast<double>(ts.used) > options.high_watermark * static_cast<double>(ts.capacity);
+  if (ts.capacity == 0) return false;
+  return static_cast<double>(UsedBytesLocked(t)) > options.high_watermark * static_cast<double>(ts.capacity);
+}
+
+uint64_t TieredStore::Impl::UsedBytesLocked(int t) const {
+  const TierState& ts = tier_state(t);
+  auto lock = ts.Lock();
+  return ts.used;
 }
 
 Status TieredStore::Impl::WriteTo(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes,
@@ -142,7 +158,9 @@ Status TieredStore::Impl::WriteBytes(int t, const BlockKey& key, std::span<const
     return Status::Ok();
   }
   std::shared_lock lock(mu_);
-  if (ts.capacity > 0 && ts.used + bytes > ts.capacity) return Status::ResourceExhausted(ts.stats.name + " is full");
+  if (ts.capacity > 0 && UsedBytesLocked(t) + bytes > ts.capacity) {
+    return Status::ResourceExhausted(ts.stats.name + " is full");
+  }
   return Status::Ok();
 }
 
@@ -177,6 +195,7 @@ void TieredStore::Impl::EvictFrom(int t, const BlockKey& key) {
     ExclusiveLock lock(*this);
     ++stats.eviction_failures;
     const std::optional<BlockInfo> info = index.Find(key);
+    std::lock_guard pending(pending_mu_);
     if (pending_evictions.size() < kMaxPendingEvictions && !(info && (info->meta.tiers & (1u << t)))) {
       pending_evictions[key] |= static_cast<TierMask>(1u << t);
     }
@@ -189,7 +208,7 @@ void TieredStore::Impl::EvictFrom(int t, const BlockKey& key) {
 
 void TieredStore::Impl::RetryPendingEvictions() {
   {
-    std::shared_lock lock(mu_);  // nearly always none: no exclusive section for every Put and Get
+    std::lock_guard lock(pending_mu_);  // nearly always none: no exclusive section for every Put and Get
     if (pending_evictions.empty()) return;
   }
   for (int budget = kEvictionRetriesPerCall; budget > 0; --budget) {
@@ -197,6 +216,7 @@ void TieredStore::Impl::RetryPendingEvictions() {
     BlockKey key;
     {
       ExclusiveLock lock(*this);
+      std::lock_guard pending(pending_mu_);
       if (pending_evictions.empty()) return;
       auto it = pending_evictions.begin();
       key = it->first;
@@ -211,6 +231,7 @@ void TieredStore::Impl::RetryPendingEvictions() {
     ExclusiveLock lock(*this);
     ++stats.eviction_failures;
     const std::optional<BlockInfo> info = index.Find(key);
+    std::lock_guard pending(pending_mu_);
     if (!(info && (info->meta.tiers & (1u << t)))) pending_evictions[key] |= static_cast<TierMask>(1u << t);
     return;  // still refused: the tier is down; the next call tries again
   }
@@ -239,7 +260,7 @@ Status TieredStore::Impl::RetryWriteMakingRoom(int t, const BlockKey& key, std::
   if (s.code() != StatusCode::kResourceExhausted) return s;
   {
     std::shared_lock lock(mu_);
-    if (ts.used + bytes > ts.capacity) return s;
+    if (UsedBytesLocked(t) + bytes > ts.capacity) return s;
   }
   Rebalance(t, bytes, uint64_t{kReclaimBlocks} * bytes);
   return WriteBytes(t, key, payload, bytes, checksum);

@@ -11,36 +11,56 @@
 // tier masks; `blocks` beside it holds what only the store needs (pins, moves in flight,
 // prefetch marks, recompute cost).
 //
-// Locking. `mu_` guards the index, `blocks`, `stats` and `tiers` (all of each TierState but
-// its `tier`, which is thread-safe itself and set only in Open). It is a reader-writer lock
-// (util/rw_mutex.h, writers first; profiled, StoreStats::metadata_lock): what only reads them
-// takes it shared, so lookups and the planning half of reads run side by side (Lookup,
-// PlanReads, ReadForGet's second look, GetStats, the journal's records, the looks for room
-// and for a parent's tokens); everything that changes them takes it
-// exclusively, through ExclusiveLock. A Get takes it only shared: the hits it read are
-// deferred (DeferHits, under `hits_mu_`) and applied to the policies and counters by the next
-// exclusive section, before it does anything else (ApplyDeferredHitsLocked), so a policy
-// never picks a victim or refuses an admission without the hits read before; a Get that
-// finds kMaxDeferredHits waiting applies them itself. The index and `blocks`
-// change only under the exclusive lock, so they always agree; the index's own lock is then
-// never contended by a writer. `read_counters` are atomics, counted under the shared lock.
-// Methods whose names end in `Locked` need `mu_` held (exclusively, unless they say "shared
-// is enough"); every other method takes it when it needs it and is called with it released.
-// It is never taken twice by one thread, in either mode. No tier I/O and no journal call
-// runs under `mu_` (a tier may be slow; the journal has its own lock): a method reads what it
-// needs under the lock, marks the block `moving` when it moves or copies it (so no mover
-// picks it as well), does the I/O with the lock released, and takes the lock again to record
-// the outcome, checking that the block is still there (BeginMoveLocked / EndMoveLocked). A
-// Put holds the same way the blocks it indexed for writing until it records their writes, a
-// batch at a time (Put); a Put that must write a block a mover or another Put holds waits on
-// `move_done_` (with `mu_` exclusive) until it is let go. A Get plans its chain's reads under
-// one shared section, reads, and defers its hits (above).
+// Locking. `mu_` is the store-wide reader-writer lock (util/rw_mutex.h, writers first;
+// profiled, StoreStats::metadata_lock). Held exclusively (ExclusiveLock) it owns all of the
+// state: the index, `blocks`, `stats`, `tiers` (all of each TierState but its `tier`, which is
+// thread-safe itself and set only in Open), `expected`, and no other lock below is needed.
+// Held shared, it lets threads work side by side, each taking the finer locks of what it
+// touches:
+//   - `blocks` is split into shards by key (block_table.h), each with its own lock: a thread
+//     under `mu_` shared reads a block's record with its shard shared and changes it with
+//     its shard exclusive (BlockGuard; a block and its parent at most, in shard order);
+//   - each tier's `lock` guards its policy, `used`, `blocks`, `stats` and `policy_clock`
+//     against the others under `mu_` shared (TierState::Lock);
+//   - `write_counters` and `read_counters` are atomics; `pending_mu_` guards
+//     `pending_evictions`.
+// So lookups, the planning half of reads and, in the common case, a put's sections (indexing
+// its blocks, recording their writes, letting its pins go) run under `mu_` shared: puts of
+// different chains touch different shards and contend only for a tier's lock, held for the
+// policy's few calls. What changes many blocks at once or walks the tree takes `mu_`
+// exclusively: the movers, forgetting blocks (a put's failures too), recovery, pins,
+// expectations, sharing, and a put that must wait for a block a mover holds.
+// Lock order: `mu_`, then shards (ascending, at most two), then one tier's lock, then the
+// leaf locks (`pending_mu_`, `hits_mu_`, the index's and the journal's own locks); nothing
+// is called while a tier's lock is held but the policy and the counters it guards.
+// A Get takes `mu_` only shared: the hits it read are deferred (DeferHits, under `hits_mu_`)
+// and applied to the policies and counters by the next put's section or exclusive section,
+// before it does anything else (ApplyDeferredHitsLocked), so a policy sees the hits before
+// the put's admissions that follow them (the replay's order, prefix_cache_model_test) and
+// never picks a victim or refuses an admission without them; a Get that finds
+// kMaxDeferredHits waiting applies them itself. A policy is told the time of each call
+// through its tier's `policy_clock`, which never goes back (two threads' sections apply and
+// admit side by side).
+// The index is thread-safe itself; a block is added to it and to `blocks` under its shard's
+// exclusive lock and becomes visible to reads only once a tier holds it (its tier bit).
+// Methods whose names end in `Locked` need `mu_` held exclusively, unless they say "shared is
+// enough" (with what else they need); every other method takes what it needs and is called
+// with `mu_` released. `mu_` is never taken twice by one thread, in either mode. No tier I/O
+// and no journal call runs under `mu_` (a tier may be slow; the journal has its own lock): a
+// method reads what it needs under the lock, marks the block `moving` when it moves or copies
+// it (so no mover picks it as well), does the I/O with the lock released, and takes the lock
+// again to record the outcome, checking that the block is still there (BeginMoveLocked /
+// EndMoveLocked). A Put holds the same way the blocks it indexed for writing until it
+// records their writes, a batch at a time (Put); a Put that must write a block a mover or
+// another Put holds waits on `move_done_` (with `mu_` exclusive) until it is let go. A Get
+// plans its chain's reads under one shared section, reads, and defers its hits (above).
 // `flight_mu_` guards `in_flight` only and is never held together with `mu_`. `hits_mu_`
 // guards `deferred_hits` only; it is taken with `mu_` held or not, and nothing is taken
 // while it is held.
 // `prefetch_window`, `movers` and `journal` are thread-safe themselves.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <condition_variable>
@@ -59,6 +79,7 @@
 #include "kvtier/prefix_index.h"
 #include "kvtier/store.h"
 #include "store/block_journal.h"
+#include "store/block_table.h"
 #include "store/expected_reads.h"
 #include "store/shared_card.h"
 #include "tier/aligned_buffer_pool.h"
@@ -103,8 +124,18 @@ struct TieredStore::Impl {
     TierCost cost;
     uint64_t used = 0;  // bytes of blocks the store placed here
     uint64_t blocks = 0;
-    bool rebalance_queued = false;
+    bool rebalance_queued = false;  // written only under `mu_` exclusive
     StoreTierStats stats;
+    // The latest time the policy was told (the locking comment above): policies require
+    // `now_s` never to decrease, and a deferred hit may be older than a put's call.
+    double policy_clock = 0;
+    // Guards the fields above (but `capacity`, `cost` and `rebalance_queued`) under `mu_`
+    // shared; profiled, so that the 64-core projection sees it (StoreTierStats::lock).
+    std::unique_ptr<ProfiledRwMutex> lock = std::make_unique<ProfiledRwMutex>();
+
+    std::unique_lock<ProfiledRwMutex> Lock() const { return std::unique_lock(*lock); }
+    // The time to tell the policy for an event at `now`: never earlier than the last.
+    double Tell(double now) { return policy_clock = std::max(policy_clock, now); }
   };
 
   StoreOptions options;
@@ -116,8 +147,14 @@ struct TieredStore::Impl {
   struct ReadCounters {
     std::atomic<uint64_t> lookups{0}, lookup_blocks{0}, lookup_hit_blocks{0}, recompute_preferred{0};
     std::atomic<uint64_t> gets{0}, get_blocks{0}, get_misses{0};
+    std::atomic<uint64_t> head_split_reads{0}, prefetch_used{0};  // counted as deferred hits are applied
   };
   ReadCounters read_counters;
+  // The counters a put adds to under `mu_` shared; GetStats folds them into `stats` too.
+  struct WriteCounters {
+    std::atomic<uint64_t> puts{0}, put_blocks{0};
+  };
+  WriteCounters write_counters;
   // Hits that Gets read and the policies have not seen yet (the locking comment above).
   struct DeferredHit {
     BlockKey key;
@@ -132,7 +169,6 @@ struct TieredStore::Impl {
   std::mutex hits_mu_;
   std::vector<DeferredHit> deferred_hits;      // GUARDED_BY(hits_mu_)
   std::atomic<bool> hits_deferred{false};      // deferred_hits is not empty: lets sections skip hits_mu_
-  std::vector<DeferredHit> applying_hits;      // GUARDED_BY(mu_): swapped with deferred_hits to apply them
 
   // `mu_` held exclusively, the hits Gets deferred applied first (the locking comment above).
   // Meets BasicLockable, so that move_done_ can wait on it; a wait's relock applies nothing.
@@ -161,7 +197,8 @@ struct TieredStore::Impl {
     bool held_ = true;
   };
   PrefixIndex index;                                         // mutated only under mu_
-  std::unordered_map<BlockKey, Block, BlockKeyHash> blocks;  // GUARDED_BY(mu_)
+  using BlockGuard = store_internal::BlockTable<Block>::Guard;
+  store_internal::BlockTable<Block> blocks;                  // GUARDED_BY(mu_, or its shard's lock)
   std::vector<TierState> tiers;                              // GUARDED_BY(mu_) except `tier`
   StoreStats stats;                                          // GUARDED_BY(mu_): the store-wide counters
   std::unique_ptr<PrefetchWindow> prefetch_window;           // thread-safe itself
@@ -185,8 +222,9 @@ struct TieredStore::Impl {
 
   std::condition_variable_any move_done_;  // with mu_ exclusive: a block's mover let it go (EndMoveLocked)
   // Evictions a tier refused (a remote pool that is down), retried by KickRebalances until
-  // they succeed; a write of the block into that tier cancels its entry. GUARDED_BY(mu_).
-  std::unordered_map<BlockKey, TierMask, BlockKeyHash> pending_evictions;
+  // they succeed; a write of the block into that tier cancels its entry.
+  mutable std::mutex pending_mu_;
+  std::unordered_map<BlockKey, TierMask, BlockKeyHash> pending_evictions;  // GUARDED_BY(pending_mu_)
   std::atomic<bool> compaction_queued{false};  // a journal compaction is scheduled or running
   std::atomic<uint64_t> compaction_floor{0};   // after a failed compaction: records before the next try
 
@@ -264,16 +302,19 @@ struct TieredStore::Impl {
   // Whether `key` may leave tier `t` now: unpinned, not moving, and (in the last tier, where
   // leaving means a drop) a leaf.
   bool EvictableLocked(const BlockInfo& info, const Block& b, int t) const;
-  // Tells each policy holding `key` whether it may pick it as a victim now.
+  // Tells each policy holding `key` whether it may pick it as a victim now. Shared is enough
+  // with `key`'s shard held exclusively (it takes the tiers' locks).
   void RefreshEvictableLocked(const BlockKey& key);
   // A mover takes `key` (`b`): no other mover picks it, no policy offers it as a victim. Every
   // way out of a move ends it with EndMoveLocked, which wakes Puts waiting for the block.
+  // Both: shared is enough with `key`'s shard held exclusively.
   void BeginMoveLocked(const BlockKey& key, Block& b);
   void EndMoveLocked(const BlockKey& key, Block& b);
   // Forgets tier `t`'s copy of `key` (corrupt, or lost by the tier), with the lower half of a
   // split copy; `evict` gets the copies to evict once `mu_` is released. A block left with no
   // copy is forgotten when it is a leaf.
   void DropCopyLocked(const BlockKey& key, int t, std::vector<std::pair<int, BlockKey>>& evict);
+  // Shared is enough with `key`'s shard held exclusively (it takes tier t's lock).
   void AddToTierLocked(const BlockKey& key, int t, const BlockMeta& meta, const Block& b);
   // Tells the policies of every tier holding `key` when a queued request reads it next.
   void TellExpectedLocked(const BlockKey& key, std::optional<uint64_t> order);
@@ -281,7 +322,8 @@ struct TieredStore::Impl {
   // Forgets a block held by no tier: out of the index (it is a leaf) and the table; so are
   // its ancestors held by no tier that it leaves without children (copies a tier lost).
   void ForgetLocked(const BlockKey& key);
-  bool OverHighWatermarkLocked(int t) const;  // shared is enough
+  bool OverHighWatermarkLocked(int t) const;  // shared is enough (takes the tier's lock)
+  uint64_t UsedBytesLocked(int t) const;       // tier t's `used`; shared is enough (takes the tier's lock)
 
   // --- I/O, or its accounting in a metadata-only store (store_state.cc) ------------------
   // Journals the block first when `t` is the persist tier, then WriteBytes.
@@ -418,10 +460,13 @@ struct TieredStore::Impl {
   // Corruption at once when the payload does not match the writer's `checksum`.
   Result<int> Place(const BlockKey& key, const BlockMeta& meta, const Block& b, std::span<const std::byte> payload,
                     int end, std::optional<uint64_t> checksum = std::nullopt);
-  // Stores a chain (TieredStore::Put) in batches of blocks: one exclusive section records
-  // the last batch's writes and indexes the next batch (IndexBatchLocked), whose blocks are
-  // then written with the lock released (WriteForPut). A chain whose blocks fit in one batch
-  // takes two sections, not one per block.
+  // Stores a chain (TieredStore::Put) in batches of blocks: one section records the last
+  // batch's writes and indexes the next batch (IndexBatchLocked), whose blocks are then
+  // written with the lock released (WriteForPut). A chain whose blocks fit in one batch
+  // takes two sections, not one per block. A section runs under `mu_` shared, each block
+  // under its shard, unless the last batch was not all stored or the section must wait for
+  // a block another holds or forget blocks after an error: then (or from there on) it runs
+  // under the exclusive lock.
   Result<PutResult> Put(std::span<const BlockPut> chain, const std::optional<BlockKey>& parent);
   // Each block's metadata and table entry as the put will store them (its tokens before it
   // counted from `parent`'s). Takes `mu_` shared.
@@ -436,7 +481,8 @@ struct TieredStore::Impl {
   // Touches and pins chain[i] (`p`) when it is stored already, else indexes it under
   // `previous`. `meta` becomes the stored block's when it is present. A block to write
   // (kNew, kRepersist) is held (Block::moving) until its write is recorded, so that no mover
-  // picks it and no other put writes it meanwhile.
+  // picks it and no other put writes it meanwhile. Shared is enough with the shards of
+  // `p.key` and `previous` held exclusively.
   Result<PutAction> IndexForPutLocked(const BlockPut& p, std::size_t i, const std::optional<BlockKey>& previous,
                                       BlockMeta& meta, const Block& b, std::vector<BlockKey>& pinned);
   // The bytes a put writes before it records them (and so before the tiers' accounting and
@@ -452,14 +498,17 @@ struct TieredStore::Impl {
   };
   // Indexes chain[next...] for writing (IndexForPutLocked) until the blocks to write reach
   // PutBatchBytesLocked, or until a block another holds is reached after some to write
-  // (those go first; at the batch's start it waits on `move_done_` through `lock`). Appends
-  // the blocks to write to `batch`; advances `next` and `previous`.
+  // (those go first; at the batch's start it waits on `move_done_` through `lock`, or with
+  // `lock` null, under `mu_` shared, sets `must_wait` and returns). Appends the blocks to
+  // write to `batch`; advances `next` and `previous`. Shared is enough: it takes each
+  // block's shard (and its parent's) while it indexes it.
   Status IndexBatchLocked(std::span<const BlockPut> chain, std::span<BlockMeta> metas, std::span<const Block> blocks_to_put,
                           std::size_t& next, std::optional<BlockKey>& previous, PutResult& result,
                           PutProgress& progress, std::vector<std::pair<std::size_t, PutAction>>& batch,
-                          ExclusiveLock& lock);
+                          ExclusiveLock* lock, bool& must_wait);
   // Lets go of the blocks a put still holds, newest first: a new one is forgotten (with it
   // written nowhere, the index must not list it), a re-persisted one stays as it was.
+  // Needs `mu_` exclusive unless nothing is held.
   void ReleaseHeldLocked(PutProgress& progress);
   // A block of a Put written (or refused) by its tiers, its outcome not yet recorded.
   struct PutWrite {
@@ -484,12 +533,14 @@ struct TieredStore::Impl {
                                const Block& b);
   // Records where a written block went, pinned, or forgets a new one no tier took, and lets
   // it go (the put held it). False: refused; an error only when nothing of the chain is
-  // stored yet (`so_far`) or the persist tier failed.
+  // stored yet (`so_far`) or the persist tier failed. Shared is enough with `p.key`'s shard
+  // held exclusively when the write was stored (Stored); forgetting needs `mu_` exclusive.
   Result<bool> RecordPutWriteLocked(const BlockPut& p, const PutWrite& w, const PutResult& so_far,
                                     std::vector<BlockKey>& pinned);
   // Records a batch's writes in order (RecordPutWriteLocked) and counts them in `result`.
   // False when one was refused (the rest of the chain counted as refused) or failed (`failed`
-  // set): it is the batch's last write, and the put ends.
+  // set): it is the batch's last write, and the put ends. Shared is enough when every write
+  // was stored: it takes each block's shard while it records it.
   bool RecordBatchLocked(std::span<const BlockPut> chain, std::span<const PutWrite> written, PutResult& result,
                          PutProgress& progress, Status& failed);
   // Publishes a new block the put stored into the shared tier (in the background when the
@@ -558,12 +609,13 @@ struct TieredStore::Impl {
                                             std::span<std::byte> out, const PlannedRead* planned,
                                             std::vector<std::pair<int, BlockKey>>& evict);
   // Counts a read from tier `t` (`gathered`: from a split copy) and touches the block, as
-  // read at `at` (the store's clock).
+  // read at `at` (the store's clock). Shared is enough with `key`'s shard held exclusively.
   void RecordHitLocked(const BlockKey& key, int t, TransitionType transition, bool gathered, double at);
   // A Get's hits (hits[i] is keys[i]'s), for the next exclusive section to record; applies
   // them at once, taking `mu_` exclusively, when kMaxDeferredHits wait. Called with `mu_` released.
   void DeferHits(std::span<const BlockKey> keys, std::span<const ReadHit> hits, TransitionType transition);
-  // Records the deferred hits (RecordHitLocked), in the order the Gets deferred them.
+  // Records the deferred hits (RecordHitLocked), in the order the Gets deferred them. Shared
+  // is enough: it takes each block's shard.
   void ApplyDeferredHitsLocked();
   // Reads a block from tier `t`, gathering its parts when its copy there is split (`split`,
   // SplitIn as the caller saw it under `mu_`: a split that changes meanwhile shows as a size

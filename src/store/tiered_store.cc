@@ -155,16 +155,16 @@ void TieredStore::Retag(std::span<const BlockTags> updates) {
   Impl& s = *impl_;
   Impl::ExclusiveLock lock(s);
   for (const BlockTags& u : updates) {
-    auto it = s.blocks.find(u.key);
-    if (it == s.blocks.end() || !s.index.SetTags(u.key, u.type, u.transition).ok()) continue;
+    Impl::Block* entry = s.blocks.Find(u.key);
+    if (entry == nullptr || !s.index.SetTags(u.key, u.type, u.transition).ok()) continue;
     const std::optional<BlockInfo> info = s.index.Find(u.key);
     if (!info) continue;
     // Policies take a block's tags when it is admitted: re-admit it where it is resident.
     for (int t = 0; t <= s.last_tier(); ++t) {
       if ((info->meta.tiers & (1u << t)) == 0) continue;
-      EvictionPolicy& policy = *s.tier_state(t).policy;
-      policy.Remove(u.key, s.Now());
-      policy.Admit(s.Resident(u.key, info->meta, it->second), s.Now());
+      Impl::TierState& ts = s.tier_state(t);
+      ts.policy->Remove(u.key, ts.Tell(s.Now()));
+      ts.policy->Admit(s.Resident(u.key, info->meta, *entry), ts.Tell(s.Now()));
     }
     s.RefreshEvictableLocked(u.key);
   }
@@ -179,9 +179,9 @@ Result<StorePin> TieredStore::Pin(std::span<const BlockKey> keys) {
   std::vector<BlockKey> pinned;
   Impl::ExclusiveLock lock(s);
   for (const BlockInfo& info : s.IndexedRunLocked(keys)) {
-    auto it = s.blocks.find(info.key);
-    if (it == s.blocks.end()) break;
-    ++it->second.pins;
+    Impl::Block* entry = s.blocks.Find(info.key);
+    if (entry == nullptr) break;
+    ++entry->pins;
     s.RefreshEvictableLocked(info.key);
     pinned.push_back(info.key);
   }
@@ -215,9 +215,9 @@ void TieredStore::Unpin(std::span<const BlockKey> keys) {
   {
     Impl::ExclusiveLock lock(s);
     for (const BlockKey& key : keys) {
-      auto it = s.blocks.find(key);
-      if (it == s.blocks.end() || it->second.pins == 0) continue;
-      --it->second.pins;
+      Impl::Block* entry = s.blocks.Find(key);
+      if (entry == nullptr || entry->pins == 0) continue;
+      --entry->pins;
       --s.stats.pinned_blocks;
       s.RefreshEvictableLocked(key);
     }
@@ -235,6 +235,10 @@ StoreStats TieredStore::GetStats() const {
   if (s.hits_deferred.load(std::memory_order_acquire)) Impl::ExclusiveLock apply(s);  // into the tiers' hit counts
   std::shared_lock lock(s.mu_);
   StoreStats out = s.stats;
+  out.puts = s.write_counters.puts.load(std::memory_order_relaxed);
+  out.head_split_reads = s.read_counters.head_split_reads.load(std::memory_order_relaxed);
+  out.prefetch_used = s.read_counters.prefetch_used.load(std::memory_order_relaxed);
+  out.put_blocks = s.write_counters.put_blocks.load(std::memory_order_relaxed);
   out.gets = s.read_counters.gets.load(std::memory_order_relaxed);
   out.get_blocks = s.read_counters.get_blocks.load(std::memory_order_relaxed);
   out.get_misses = s.read_counters.get_misses.load(std::memory_order_relaxed);
@@ -245,11 +249,16 @@ StoreStats TieredStore::GetStats() const {
   out.journal_records = journal_records;
   out.metadata_lock = s.mu_.Profile();
   for (const Impl::TierState& ts : s.tiers) {
-    StoreTierStats t = ts.stats;
+    StoreTierStats t;
+    {
+      auto tier_lock = ts.Lock();
+      t = ts.stats;
+      t.used_bytes = ts.used;
+      t.blocks = ts.blocks;
+    }
+    t.lock = ts.lock->Profile();
     t.evict_failures = evict_failures[out.tiers.size()];
     t.capacity_bytes = ts.capacity;
-    t.used_bytes = ts.used;
-    t.blocks = ts.blocks;
     if (const PromotionGate* gate = s.promotion_gates[out.tiers.size()].get()) {
       const PromotionGateCounters gated = gate->counters();
       t.promotions_declined = gated.declined;
@@ -263,6 +272,7 @@ StoreStats TieredStore::GetStats() const {
   out.queued_moves = s.movers ? s.movers->queued() : 0;
   out.index_blocks = s.index.size();
   out.expected_blocks = s.expected.size();
+  std::lock_guard pending(s.pending_mu_);
   for (const auto& [key, tiers] : s.pending_evictions) out.pending_evictions += static_cast<uint64_t>(std::popcount(tiers));
   return out;
 }

@@ -106,22 +106,30 @@ TEST(TieredStore, PutLookupGetRoundTrip) {
   EXPECT_EQ(r->new_blocks, 0u);
 }
 
-// The metadata lock's profile (StoreStats::metadata_lock): a Put holds it exclusively; lookups
-// take it shared only, so they add no exclusive acquisition however many there are.
+// The metadata lock's profile (StoreStats::metadata_lock): a put of a new chain takes it only
+// shared and does its policy work under the tier's own lock (StoreTierStats::lock); a pin
+// takes it exclusively; lookups take it shared only, so they add no exclusive acquisition
+// however many there are.
 TEST(TieredStore, ReportsItsMetadataLockAndLookupsNeverTakeItExclusively) {
   auto store = TwoTierStore(8u << 20, 8u << 20);
   ASSERT_NE(store, nullptr);
-  const LockProfile before = store->GetStats().metadata_lock;
+  const StoreStats before = store->GetStats();
   PutChain(*store, 1, 4);
   store->Drain();  // no mover runs during the lookups below
-  const LockProfile after_put = store->GetStats().metadata_lock;
-  EXPECT_GT(after_put.exclusive_acquisitions, before.exclusive_acquisitions);
-  EXPECT_GT(after_put.exclusive_hold_seconds, before.exclusive_hold_seconds);
+  const StoreStats after_put = store->GetStats();
+  EXPECT_EQ(after_put.metadata_lock.exclusive_acquisitions, before.metadata_lock.exclusive_acquisitions);
+  EXPECT_GT(after_put.tiers[0].lock.exclusive_acquisitions, before.tiers[0].lock.exclusive_acquisitions);
+  EXPECT_GT(after_put.tiers[0].lock.exclusive_hold_seconds, before.tiers[0].lock.exclusive_hold_seconds);
   const std::vector<BlockKey> keys = {Key(1, 0), Key(1, 1), Key(1, 2), Key(1, 3)};
+  Result<StorePin> pin = store->Pin(keys);
+  ASSERT_TRUE(pin.ok());
+  const LockProfile after_pin = store->GetStats().metadata_lock;
+  EXPECT_EQ(after_pin.exclusive_acquisitions, after_put.metadata_lock.exclusive_acquisitions + 1);
+  EXPECT_GT(after_pin.exclusive_hold_seconds, after_put.metadata_lock.exclusive_hold_seconds);
   for (int i = 0; i < 1000; ++i) ASSERT_EQ(store->Lookup(keys).prefix_blocks, 4u);
   const LockProfile after_lookups = store->GetStats().metadata_lock;
-  EXPECT_EQ(after_lookups.exclusive_acquisitions, after_put.exclusive_acquisitions);
-  EXPECT_EQ(after_lookups.exclusive_hold_seconds, after_put.exclusive_hold_seconds);
+  EXPECT_EQ(after_lookups.exclusive_acquisitions, after_pin.exclusive_acquisitions);
+  EXPECT_EQ(after_lookups.exclusive_hold_seconds, after_pin.exclusive_hold_seconds);
 }
 
 // A Get takes the metadata lock only shared: its hits wait for the next exclusive section,
@@ -147,13 +155,12 @@ TEST(TieredStore, GetsLeaveTheirHitsToTheNextWriterAndNeverTakeTheLockExclusivel
   EXPECT_EQ(after_1200.tiers[0].hits, after_100.tiers[0].hits + 4400);
 }
 
-// A put records each block's write in the section that indexes the next block, and pins,
-// counts and unpins in one last section: n + 1 exclusive sections for n blocks, where
-// recording and indexing apart took 2n + 2.
 // A put indexes its blocks in batches of up to the headroom the high watermark leaves in the
 // smallest tier (5% by default), writes a batch with the lock released, and records it in the
-// section that indexes the next: one exclusive section per batch and one to end.
-TEST(TieredStore, APutTakesTheLockExclusivelyOncePerBatchAndOnceToEnd) {
+// section that indexes the next. Those sections take the metadata lock only shared, each block
+// under its shard: putting a new chain, the same chain again, or a chain in several batches
+// takes it exclusively not once (it took it once per batch and once to end before).
+TEST(TieredStore, APutOfNewOrPresentBlocksNeverTakesTheLockExclusively) {
   StoreOptions options;
   options.synchronous_moves = true;
   {
@@ -161,12 +168,13 @@ TEST(TieredStore, APutTakesTheLockExclusivelyOncePerBatchAndOnceToEnd) {
     ASSERT_NE(store, nullptr);
     const StoreStats before = store->GetStats();
     PutChain(*store, 1, 4);
-    const StoreStats new_chain = store->GetStats();
-    EXPECT_EQ(new_chain.metadata_lock.exclusive_acquisitions, before.metadata_lock.exclusive_acquisitions + 2);
-    PutChain(*store, 1, 4);  // present: every block touched and pinned in the first section, nothing written
-    const StoreStats present_chain = store->GetStats();
-    EXPECT_EQ(present_chain.metadata_lock.exclusive_acquisitions, new_chain.metadata_lock.exclusive_acquisitions + 2);
-    EXPECT_EQ(present_chain.puts, before.puts + 2);
+    PutChain(*store, 1, 4);  // present: every block touched and pinned, nothing written
+    const StoreStats after = store->GetStats();
+    EXPECT_EQ(after.metadata_lock.exclusive_acquisitions, before.metadata_lock.exclusive_acquisitions);
+    EXPECT_EQ(after.puts, before.puts + 2);
+    EXPECT_EQ(after.put_blocks, before.put_blocks + 8);
+    EXPECT_EQ(after.tiers[0].blocks, 4u);
+    EXPECT_EQ(after.tiers[0].used_bytes, 4 * kBlockBytes);
     EXPECT_EQ(GetChain(*store, 1, 4), 4u);
   }
   {
@@ -174,7 +182,7 @@ TEST(TieredStore, APutTakesTheLockExclusivelyOncePerBatchAndOnceToEnd) {
     ASSERT_NE(store, nullptr);
     const StoreStats before = store->GetStats();
     PutChain(*store, 1, 4);
-    EXPECT_EQ(store->GetStats().metadata_lock.exclusive_acquisitions, before.metadata_lock.exclusive_acquisitions + 3);
+    EXPECT_EQ(store->GetStats().metadata_lock.exclusive_acquisitions, before.metadata_lock.exclusive_acquisitions);
     EXPECT_EQ(GetChain(*store, 1, 4), 4u);
   }
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -76,28 +77,36 @@ class TestChains {
     return bytes;
   }
 
-  Result<PutResult> Put(TieredStore& store, uint64_t chain, uint64_t n) const {
+  // `parent`: the stored block the chain continues (its first block's parent).
+  Result<PutResult> Put(TieredStore& store, uint64_t chain, uint64_t n,
+                        const std::optional<BlockKey>& parent = std::nullopt) const {
     std::vector<std::vector<std::byte>> payloads;
     std::vector<BlockPut> puts;
     for (uint64_t i = 0; i < n; ++i) payloads.push_back(Payload(chain, i));
     for (uint64_t i = 0; i < n; ++i) puts.push_back({.key = Key(chain, i), .payload = payloads[i], .tokens = 16});
-    return store.Put(puts);
+    return store.Put(puts, parent);
   }
 
-  // The blocks of the chain's stored prefix that read back; a wrong byte fails the test.
-  std::size_t Get(TieredStore& store, uint64_t chain, uint64_t n) const {
-    std::vector<std::vector<std::byte>> buffers(n, std::vector<std::byte>(block_bytes_));
+  // The blocks of the chain's stored prefix that read back; a wrong byte fails the test. With
+  // `parent`, the chain is read after it (its bytes are not checked).
+  std::size_t Get(TieredStore& store, uint64_t chain, uint64_t n,
+                  const std::optional<BlockKey>& parent = std::nullopt) const {
+    const std::size_t skip = parent ? 1 : 0;
+    std::vector<BlockKey> keys = Keys(chain, n);
+    if (parent) keys.insert(keys.begin(), *parent);
+    std::vector<std::vector<std::byte>> buffers(keys.size(), std::vector<std::byte>(block_bytes_));
     std::vector<std::span<std::byte>> outs(buffers.begin(), buffers.end());
-    Result<std::size_t> read = store.Get(Keys(chain, n), outs);
+    Result<std::size_t> read = store.Get(keys, outs);
     EXPECT_TRUE(read.ok()) << read.status().ToString();
-    if (!read.ok()) return 0;
-    for (std::size_t i = 0; i < *read; ++i) {
+    if (!read.ok() || *read < skip) return 0;
+    buffers.erase(buffers.begin(), buffers.begin() + static_cast<std::ptrdiff_t>(skip));
+    for (std::size_t i = 0; i < *read - skip; ++i) {
       if (buffers[i] != Payload(chain, i)) {
         ADD_FAILURE() << "chain " << chain << " block " << i << " has wrong bytes";
         return i;
       }
     }
-    return *read;
+    return *read - skip;
   }
 
  private:
