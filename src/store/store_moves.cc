@@ -324,8 +324,12 @@ void TieredStore::Impl::PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefe
 std::vector<TieredStore::Impl::Promotion> TieredStore::Impl::BeginPromotions(std::span<const BlockKey> keys,
                                                                                bool prefetch) {
   std::vector<Promotion> moves;
-  ExclusiveLock lock(*this);
+  // Shared: each block is taken under its shard (most prefetches find their blocks in the
+  // fastest tier already, and take nothing).
+  std::shared_lock lock(mu_);
+  ApplyDeferredHitsLocked();  // the policies see the hits before the moves they lead to
   for (const BlockKey& key : keys) {
+    BlockGuard guard(blocks, BlockGuard::Mode::kExclusive, key);
     const std::optional<BlockInfo> info = index.Find(key);
     Block* entry = blocks.Find(key);
     if (!info || entry == nullptr || entry->moving) continue;
@@ -333,7 +337,7 @@ std::vector<TieredStore::Impl::Promotion> TieredStore::Impl::BeginPromotions(std
     if (from <= 0) continue;  // absent, or in the fastest tier already
     moves.push_back({.key = key, .from = from, .meta = info->meta, .block = *entry});
     BeginMoveLocked(key, *entry);
-    if (prefetch) ++stats.prefetch_issued;
+    if (prefetch) write_counters.prefetch_issued.fetch_add(1, std::memory_order_relaxed);
   }
   return moves;
 }
@@ -387,13 +391,19 @@ void TieredStore::Impl::FinishPromotion(Promotion& move, bool prefetch) {
   const std::span<const std::byte> payload = move.held.empty() ? std::span<const std::byte>(move.payload) : move.held;
   Result<int> placed = move.read.ok() ? Place(move.key, move.meta, move.block, payload, move.from, carried)
                                       : Result<int>(move.read);
-  ExclusiveLock lock(*this);
+  std::shared_lock lock(mu_);  // the block is this mover's: its shard is enough
+  ApplyDeferredHitsLocked();
+  BlockGuard guard(blocks, BlockGuard::Mode::kExclusive, move.key);
   Block* entry = blocks.Find(move.key);
   if (entry == nullptr) return;
   EndMoveLocked(move.key, *entry);
   if (placed.ok() && *placed >= 0) {
     AddToTierLocked(move.key, *placed, move.meta, *entry);
-    ++tier_state(*placed).stats.promotions;
+    {
+      TierState& to = tier_state(*placed);
+      auto tier_lock = to.Lock();
+      ++to.stats.promotions;
+    }
     // A Get's promotions from a networked tier went through its gate; their outcome settles it.
     if (!prefetch && promotion_gates[static_cast<std::size_t>(move.from)] != nullptr) {
       entry->promoted_to = static_cast<int8_t>(*placed);

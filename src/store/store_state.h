@@ -24,12 +24,13 @@
 //     against the others under `mu_` shared (TierState::Lock);
 //   - `write_counters` and `read_counters` are atomics; `pending_mu_` guards
 //     `pending_evictions`.
-// So lookups, the planning half of reads and, in the common case, a put's sections (indexing
-// its blocks, recording their writes, letting its pins go) run under `mu_` shared: puts of
-// different chains touch different shards and contend only for a tier's lock, held for the
-// policy's few calls. What changes many blocks at once or walks the tree takes `mu_`
-// exclusively: the movers, forgetting blocks (a put's failures too), recovery, pins,
-// expectations, sharing, and a put that must wait for a block a mover holds.
+// So lookups, the planning half of reads, promotions and prefetches, and in the common case a
+// put's sections (indexing its blocks, recording their writes, letting its pins go) run under
+// `mu_` shared: puts of different chains touch different shards and contend only for a
+// tier's lock, held for the policy's few calls. What changes many blocks at once or walks
+// the tree takes `mu_` exclusively: demotion (Rebalance), forgetting blocks (a put's
+// failures too), recovery, pins, expectations, sharing, and a put that must wait for a block
+// a mover holds.
 // Lock order: `mu_`, then shards (ascending, at most two), then one tier's lock, then the
 // leaf locks (`pending_mu_`, `hits_mu_`, the index's and the journal's own locks); nothing
 // is called while a tier's lock is held but the policy and the counters it guards.
@@ -150,9 +151,9 @@ struct TieredStore::Impl {
     std::atomic<uint64_t> head_split_reads{0}, prefetch_used{0};  // counted as deferred hits are applied
   };
   ReadCounters read_counters;
-  // The counters a put adds to under `mu_` shared; GetStats folds them into `stats` too.
+  // The counters puts and promotions add to under `mu_` shared; GetStats folds them into `stats` too.
   struct WriteCounters {
-    std::atomic<uint64_t> puts{0}, put_blocks{0};
+    std::atomic<uint64_t> puts{0}, put_blocks{0}, prefetch_issued{0};
   };
   WriteCounters write_counters;
   // Hits that Gets read and the policies have not seen yet (the locking comment above).
@@ -435,9 +436,10 @@ struct TieredStore::Impl {
   // Copies stored blocks into the fastest tier (a mover's job; `prefetch` marks them so
   // that their use or waste is counted). `held`: bytes some of them already have.
   void PromoteOrPrefetch(std::vector<BlockKey> keys, bool prefetch, HeldPayloads held = {});
-  // Its steps: take the blocks that are below the fastest tier and not moving (one exclusive
-  // section); take the held bytes, read the others, those in a networked tier in one batch
-  // per tier; place each and let it go.
+  // Its steps: take the blocks that are below the fastest tier and not moving (one section
+  // under `mu_` shared, each block under its shard); take the held bytes, read the others,
+  // those in a networked tier in one batch per tier; place each and let it go (under `mu_`
+  // shared and its shard too).
   struct Promotion {
     BlockKey key;
     int from = -1;

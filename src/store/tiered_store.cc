@@ -236,6 +236,7 @@ StoreStats TieredStore::GetStats() const {
   std::shared_lock lock(s.mu_);
   StoreStats out = s.stats;
   out.puts = s.write_counters.puts.load(std::memory_order_relaxed);
+  out.prefetch_issued = s.write_counters.prefetch_issued.load(std::memory_order_relaxed);
   out.head_split_reads = s.read_counters.head_split_reads.load(std::memory_order_relaxed);
   out.prefetch_used = s.read_counters.prefetch_used.load(std::memory_order_relaxed);
   out.put_blocks = s.write_counters.put_blocks.load(std::memory_order_relaxed);
