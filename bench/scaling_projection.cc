@@ -30,23 +30,36 @@ nlohmann::json ProjectScaling(const OperationCost& cost, int cores) {
     }
   };
   if (cost.lock_hold_us > 0) consider(1e6 / cost.lock_hold_us, "metadata lock");
+  if (cost.tier_lock_hold_us > 0) consider(1e6 / cost.tier_lock_hold_us, "tier lock");
   if (cost.event_loop_cpu_us > 0) consider(static_cast<double>(loops) * 1e6 / cost.event_loop_cpu_us, "event loops");
   return {{"cores", cores}, {"event_loops", loops}, {"ops_per_s", ops_per_s}, {"bound", bound}};
 }
 
-void AddLockFields(const LockProfile& before, const LockProfile& after, uint64_t ops, const char* cpu_field,
+void AddLockFields(const LockReadings& before, const LockReadings& after, uint64_t ops, const char* cpu_field,
                    const char* event_loop_cpu_field, nlohmann::json& entry) {
   if (ops == 0) return;
+  const LockProfile& metadata_before = before.metadata;
+  const LockProfile& metadata_after = after.metadata;
   const double n = static_cast<double>(ops);
-  const double hold_us = (after.exclusive_hold_seconds - before.exclusive_hold_seconds) / n * 1e6;
-  const double wait_us = (after.exclusive_wait_seconds - before.exclusive_wait_seconds + after.shared_wait_seconds -
-                          before.shared_wait_seconds) /
+  const double hold_us = (metadata_after.exclusive_hold_seconds - metadata_before.exclusive_hold_seconds) / n * 1e6;
+  const double wait_us = (metadata_after.exclusive_wait_seconds - metadata_before.exclusive_wait_seconds +
+                          metadata_after.shared_wait_seconds - metadata_before.shared_wait_seconds) /
                          n * 1e6;
+  // Each tier's lock is a serial section of its own: the busiest one bounds, not their sum.
+  double tier_hold_us = 0;
+  for (const auto& [tier, seconds] : after.tier_hold_seconds) {
+    const auto was = before.tier_hold_seconds.find(tier);
+    const double held = seconds - (was != before.tier_hold_seconds.end() ? was->second : 0);
+    tier_hold_us = std::max(tier_hold_us, held / n * 1e6);
+  }
   entry["lock_hold_us_per_op"] = hold_us;
   entry["lock_wait_us_per_op"] = wait_us;
-  entry["lock_acquisitions_per_op"] = static_cast<double>(after.exclusive_acquisitions - before.exclusive_acquisitions) / n;
+  entry["lock_acquisitions_per_op"] =
+      static_cast<double>(metadata_after.exclusive_acquisitions - metadata_before.exclusive_acquisitions) / n;
+  entry["tier_lock_hold_us_per_op"] = tier_hold_us;
   const OperationCost cost{.cpu_us = NumberOr(entry, cpu_field, 0),
                            .lock_hold_us = hold_us,
+                           .tier_lock_hold_us = tier_hold_us,
                            .event_loop_cpu_us = NumberOr(entry, event_loop_cpu_field, 0)};
   entry["projected"] = ProjectScaling(cost, kProjectedCores);
 }

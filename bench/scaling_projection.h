@@ -1,8 +1,11 @@
 // How far `kvtier bench serve`'s operations would scale on a host with many cores, projected
-// from what one operation cost on this one (docs/serve.md, "Scaling"). Three bounds:
+// from what one operation cost on this one (docs/serve.md, "Scaling"). Four bounds:
 //  - the daemon's CPU time per operation, which more cores share out: cores / CPU time;
 //  - the time per operation it held the store's metadata lock exclusively, which no number of
 //    cores overlaps (Amdahl's serial part): 1 / hold time;
+//  - the time per operation the busiest tier's policy and accounting lock was held: each tier's
+//    lock is a serial section of its own (puts of different chains share the metadata lock,
+//    not a tier's), so 1 / the longest of them;
 //  - the event loops' CPU time per operation: each loop is one thread, a serial section of its
 //    own (lookups are answered on it), so the loops a host of that size gets by default
 //    (ServerOptions::DefaultEventLoops) / loop CPU time, connections spread evenly over them.
@@ -12,6 +15,9 @@
 //
 // Thread-safety: pure functions.
 #pragma once
+
+#include <map>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -23,18 +29,28 @@ namespace kvtier::bench {
 struct OperationCost {
   double cpu_us = 0;           // CPU time, all its threads
   double lock_hold_us = 0;     // the metadata lock held exclusively; 0: never (no lock bound)
+  double tier_lock_hold_us = 0;  // the busiest tier's lock held; 0: not measured (no tier lock bound)
   double event_loop_cpu_us = 0;  // CPU time of its event loop threads; 0: not measured (no loop bound)
 };
 
-// {cores, event_loops, ops_per_s, bound: "cpu" | "metadata lock" | "event loops"}; null when
-// no CPU time was measured or `cores` is not positive. A tie goes to "cpu".
+// {cores, event_loops, ops_per_s, bound: "cpu" | "metadata lock" | "tier lock" | "event loops"};
+// null when no CPU time was measured or `cores` is not positive. A tie goes to "cpu".
 nlohmann::json ProjectScaling(const OperationCost& cost, int cores);
 
-// Adds lock_hold_us_per_op, lock_wait_us_per_op (both modes) and `projected` (ProjectScaling
-// for 64 cores) to a phase's JSON entry, from the lock profiles read before and after it, `ops`
-// operations and the entry's own CPU time per operation (`cpu_field`) and, when
-// `event_loop_cpu_field` is not null, its event loops' CPU time per operation.
-void AddLockFields(const LockProfile& before, const LockProfile& after, uint64_t ops, const char* cpu_field,
+// The serial sections one read of the daemon's counters shows: the store's metadata lock, and
+// the seconds each tier's lock was held keyed by the tier's label set on /metrics (a daemon
+// that does not export them leaves it empty).
+struct LockReadings {
+  LockProfile metadata;
+  std::map<std::string, double> tier_hold_seconds;
+};
+
+// Adds lock_hold_us_per_op, lock_wait_us_per_op (both modes), tier_lock_hold_us_per_op (the
+// busiest tier's) and `projected` (ProjectScaling for 64 cores) to a phase's JSON entry, from
+// the locks read before and after it, `ops` operations and the entry's own CPU time per
+// operation (`cpu_field`) and, when `event_loop_cpu_field` is not null, its event loops' CPU
+// time per operation.
+void AddLockFields(const LockReadings& before, const LockReadings& after, uint64_t ops, const char* cpu_field,
                    const char* event_loop_cpu_field, nlohmann::json& entry);
 
 }  // namespace kvtier::bench

@@ -19,6 +19,20 @@ TEST(ProjectScaling, TheMetadataLockBindsWhenItsHoldIsTheLongestSerialPart) {
   EXPECT_EQ(p["bound"], "metadata lock");
 }
 
+TEST(ProjectScaling, ATierLockBindsWhenItsHoldIsLongerThanTheMetadataLocks) {
+  // Puts hold the metadata lock shared, so a tier's lock can be the longer serial section:
+  // 1 / 50 us = 20,000/s, below the metadata lock's 1 / 2 us and 64 cores' 64 / 300 us.
+  const nlohmann::json p = ProjectScaling({.cpu_us = 300, .lock_hold_us = 2, .tier_lock_hold_us = 50}, 64);
+  EXPECT_DOUBLE_EQ(p["ops_per_s"].get<double>(), 1e6 / 50);
+  EXPECT_EQ(p["bound"], "tier lock");
+}
+
+TEST(ProjectScaling, AnUnmeasuredTierLockBindsNothing) {
+  const nlohmann::json p = ProjectScaling({.cpu_us = 300, .lock_hold_us = 2, .tier_lock_hold_us = 0}, 64);
+  EXPECT_DOUBLE_EQ(p["ops_per_s"].get<double>(), 64e6 / 300);
+  EXPECT_EQ(p["bound"], "cpu");
+}
+
 TEST(ProjectScaling, TheEventLoopsBindWhenTheyCarryMostOfTheWork) {
   // A 64-thread host gets 16 loops by default: 16 / 25 us = 640,000/s, below 64 / 30 us.
   const nlohmann::json p = ProjectScaling({.cpu_us = 30, .lock_hold_us = 0, .event_loop_cpu_us = 25}, 64);
@@ -47,27 +61,46 @@ TEST(ProjectScaling, NothingToProjectWithoutCpuTimeOrCores) {
 }
 
 TEST(AddLockFields, PerOperationFieldsAndTheProjectionFromTheEntrysCosts) {
-  const LockProfile before{.exclusive_acquisitions = 10, .exclusive_hold_seconds = 1.0, .shared_wait_seconds = 0.5};
-  const LockProfile after{.exclusive_acquisitions = 30, .exclusive_hold_seconds = 1.001, .shared_wait_seconds = 0.502};
+  const LockReadings before{
+      .metadata = {.exclusive_acquisitions = 10, .exclusive_hold_seconds = 1.0, .shared_wait_seconds = 0.5}};
+  const LockReadings after{
+      .metadata = {.exclusive_acquisitions = 30, .exclusive_hold_seconds = 1.001, .shared_wait_seconds = 0.502}};
   nlohmann::json entry = {{"cpu_us_per_lookup", 30.0}, {"loop_cpu_us_per_lookup", 25.0}};
   AddLockFields(before, after, 100, "cpu_us_per_lookup", "loop_cpu_us_per_lookup", entry);
   EXPECT_NEAR(entry["lock_hold_us_per_op"].get<double>(), 10, 1e-6);   // 1 ms over 100 operations
   EXPECT_NEAR(entry["lock_wait_us_per_op"].get<double>(), 20, 1e-6);   // 2 ms of shared waits
   EXPECT_DOUBLE_EQ(entry["lock_acquisitions_per_op"].get<double>(), 0.2);
+  EXPECT_EQ(entry["tier_lock_hold_us_per_op"].get<double>(), 0) << "a daemon that exports no tier locks";
   // 1 / 10 us = 100,000/s: below the loops' 640,000/s and the CPU's 2.1 M/s.
   EXPECT_EQ(entry["projected"]["bound"], "metadata lock");
 
   nlohmann::json without_loops = {{"cpu_us_per_op", 30.0}};
-  AddLockFields(LockProfile{}, LockProfile{}, 100, "cpu_us_per_op", nullptr, without_loops);
+  AddLockFields(LockReadings{}, LockReadings{}, 100, "cpu_us_per_op", nullptr, without_loops);
   EXPECT_EQ(without_loops["projected"]["bound"], "cpu");
 
   nlohmann::json cpu_unknown = {{"cpu_us_per_op", nullptr}};
-  AddLockFields(LockProfile{}, LockProfile{}, 100, "cpu_us_per_op", nullptr, cpu_unknown);
+  AddLockFields(LockReadings{}, LockReadings{}, 100, "cpu_us_per_op", nullptr, cpu_unknown);
   EXPECT_TRUE(cpu_unknown["projected"].is_null());
 
   nlohmann::json no_operations;
   AddLockFields(before, after, 0, "cpu_us_per_op", nullptr, no_operations);
   EXPECT_TRUE(no_operations.is_null());
+}
+
+TEST(AddLockFields, TheBusiestTiersLockIsTheTierBound) {
+  const std::string dram = R"({tier="dram",kind="cpu_dram"})", disk = R"({tier="disk",kind="nvme"})";
+  // DRAM's lock held 2 ms over 100 operations, the disk's 0.5 ms (a tier missing from the
+  // first read counts from 0).
+  const LockReadings before{.tier_hold_seconds = {{dram, 1.0}}};
+  const LockReadings after{.metadata = {.exclusive_hold_seconds = 0.0005},
+                           .tier_hold_seconds = {{dram, 1.002}, {disk, 0.0005}}};
+  nlohmann::json entry = {{"cpu_us_per_op", 300.0}};
+  AddLockFields(before, after, 100, "cpu_us_per_op", nullptr, entry);
+  EXPECT_NEAR(entry["tier_lock_hold_us_per_op"].get<double>(), 20, 1e-6);  // the max, not the 25 us sum
+  EXPECT_NEAR(entry["lock_hold_us_per_op"].get<double>(), 5, 1e-6);
+  // 1 / 20 us = 50,000/s: below the metadata lock's 200,000/s and the CPU's 213,333/s.
+  EXPECT_EQ(entry["projected"]["bound"], "tier lock");
+  EXPECT_NEAR(entry["projected"]["ops_per_s"].get<double>(), 5e4, 1e-3);
 }
 
 }  // namespace

@@ -406,7 +406,7 @@ struct ServiceResult {
   PhaseResult phase;
   std::optional<double> cpu_seconds;  // the self-started daemon's, during the phase
   std::optional<uint64_t> peak_rss_bytes;  // the self-started daemon's, by the phase's end
-  std::optional<std::pair<LockProfile, LockProfile>> lock;  // its metadata lock before and after
+  std::optional<std::pair<LockReadings, LockReadings>> locks;  // its metadata and tier locks before and after
   double prefault_wait_s = 0;         // from the daemon's start to its DRAM tier being resident
 };
 
@@ -438,11 +438,11 @@ Result<ServiceResult> RunService(const ServeBenchmarkOptions& o, int clients, bo
   ServiceResult r;
   if (daemon != nullptr) r.prefault_wait_s = WaitForPrefault(o, prefault, daemon->pid());
   double cpu_before = 0;
-  LockProfile lock_before;
+  LockReadings locks_before;
   if (daemon != nullptr) {
     KVTIER_ASSIGN_OR_RETURN(cpu_before, daemon->CpuSeconds());
     KVTIER_ASSIGN_OR_RETURN(const MetricsSample metrics, daemon->Metrics("put"));
-    lock_before = metrics.lock;
+    locks_before = metrics.locks;
   }
   r.phase = RunPhase(drivers, o, mix, nonce, "service");
   if (daemon != nullptr) {
@@ -450,7 +450,7 @@ Result<ServiceResult> RunService(const ServeBenchmarkOptions& o, int clients, bo
     KVTIER_ASSIGN_OR_RETURN(const MetricsSample metrics_after, daemon->Metrics("put"));
     r.cpu_seconds = cpu_after - cpu_before;
     r.peak_rss_bytes = daemon->PeakResidentBytes();
-    r.lock.emplace(lock_before, metrics_after.lock);
+    r.locks.emplace(locks_before, metrics_after.locks);
   }
   drivers.clear();  // disconnect before the daemon stops
   if (daemon != nullptr) KVTIER_RETURN_IF_ERROR(daemon->Stop().WithContext("stopping the service"));
@@ -488,7 +488,7 @@ Result<nlohmann::json> RunPutGet(const ServeBenchmarkOptions& o, int clients, bo
   if (service.peak_rss_bytes) j["daemon_peak_rss_bytes"] = *service.peak_rss_bytes;
   // A put+get phase does not read its daemon's event-loop CPU time (its work is the workers'), so
   // its projection has no loop bound.
-  if (service.lock) AddLockFields(service.lock->first, service.lock->second, requests, "cpu_us_per_op", nullptr, j);
+  if (service.locks) AddLockFields(service.locks->first, service.locks->second, requests, "cpu_us_per_op", nullptr, j);
   if (service.phase.total.errors > 0) j["first_error"] = service.phase.total.first_error;
   if (baseline.total.errors > 0) j["baseline_first_error"] = baseline.total.first_error;
   return j;

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -65,6 +66,20 @@ Result<double> MetricSample(const std::string& text, const std::string& sample) 
     if (line.starts_with(prefix)) return std::strtod(line.c_str() + prefix.size(), nullptr);
   }
   return Status::Internal("kvtier serve's /metrics has no sample " + sample);
+}
+
+// The values of every labelled sample of family `name`, keyed by its label set ("{tier=...}").
+std::map<std::string, double> LabelledSamples(const std::string& text, const std::string& name) {
+  const std::string prefix = name + "{";
+  std::map<std::string, double> samples;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const std::size_t space = line.rfind(' ');  // a label value may hold spaces, the number none
+    if (line.starts_with(prefix) && space != std::string::npos) {
+      samples[line.substr(name.size(), space - name.size())] = std::strtod(line.c_str() + space + 1, nullptr);
+    }
+  }
+  return samples;
 }
 
 }  // namespace
@@ -193,20 +208,21 @@ Result<MetricsSample> ServeDaemon::Metrics(const std::string& op) const {
   const std::pair<std::string, double*> samples[] = {
       {"kvtier_request_duration_seconds_sum" + op_labels, &m.request.sum_seconds},
       {"kvtier_request_duration_seconds_count" + op_labels, &count},
-      {"kvtier_metadata_lock_hold_seconds_total", &m.lock.exclusive_hold_seconds},
+      {"kvtier_metadata_lock_hold_seconds_total", &m.locks.metadata.exclusive_hold_seconds},
       {"kvtier_metadata_lock_acquisitions_total", &acquisitions},
       {"kvtier_metadata_lock_waits_total{mode=\"exclusive\"}", &exclusive_waits},
       {"kvtier_metadata_lock_waits_total{mode=\"shared\"}", &shared_waits},
-      {"kvtier_metadata_lock_wait_seconds_total{mode=\"exclusive\"}", &m.lock.exclusive_wait_seconds},
-      {"kvtier_metadata_lock_wait_seconds_total{mode=\"shared\"}", &m.lock.shared_wait_seconds},
+      {"kvtier_metadata_lock_wait_seconds_total{mode=\"exclusive\"}", &m.locks.metadata.exclusive_wait_seconds},
+      {"kvtier_metadata_lock_wait_seconds_total{mode=\"shared\"}", &m.locks.metadata.shared_wait_seconds},
       {"kvtier_event_loop_cpu_seconds_total", &m.event_loop_cpu_seconds}};
   for (const auto& [name, value] : samples) {
     KVTIER_ASSIGN_OR_RETURN(*value, MetricSample(text, name));
   }
+  m.locks.tier_hold_seconds = LabelledSamples(text, "kvtier_tier_lock_hold_seconds_total");
   m.request.count = static_cast<uint64_t>(count);
-  m.lock.exclusive_acquisitions = static_cast<uint64_t>(acquisitions);
-  m.lock.exclusive_waits = static_cast<uint64_t>(exclusive_waits);
-  m.lock.shared_waits = static_cast<uint64_t>(shared_waits);
+  m.locks.metadata.exclusive_acquisitions = static_cast<uint64_t>(acquisitions);
+  m.locks.metadata.exclusive_waits = static_cast<uint64_t>(exclusive_waits);
+  m.locks.metadata.shared_waits = static_cast<uint64_t>(shared_waits);
   return m;
 }
 

@@ -15,8 +15,8 @@
 #include <optional>
 #include <string>
 
-#include "kvtier/lock_profile.h"
 #include "kvtier/status.h"
+#include "scaling_projection.h"
 #include "temp_dir.h"
 
 namespace kvtier::bench {
@@ -50,11 +50,12 @@ struct RequestTimeSample {
 };
 
 // What one read of the daemon's /metrics says so far: one op's request time, the store's
-// metadata lock profile (kvtier_metadata_lock_*) and the event loops' CPU time
+// metadata lock profile (kvtier_metadata_lock_*) and each tier's lock hold time
+// (kvtier_tier_lock_hold_seconds_total), and the event loops' CPU time
 // (kvtier_event_loop_cpu_seconds_total, which each loop brings up to date every 25 ms tick).
 struct MetricsSample {
   RequestTimeSample request;
-  LockProfile lock;
+  LockReadings locks;
   double event_loop_cpu_seconds = 0;
 };
 
@@ -76,7 +77,8 @@ class ServeDaemon {
   // The most memory it has had resident so far (VmHWM), in bytes; 0 when unknown.
   uint64_t PeakResidentBytes() const { return ProcessStatusBytes(pid_, "VmHWM"); }
   // One read of /metrics: the totals of kvtier_request_duration_seconds for `op` ("lookup",
-  // "put", "get"), the metadata lock's profile and the event loops' CPU time.
+  // "put", "get"), the metadata lock's profile, the tier locks' hold times and the event loops'
+  // CPU time.
   Result<MetricsSample> Metrics(const std::string& op) const;
 
   pid_t pid() const { return pid_; }

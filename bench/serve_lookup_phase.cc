@@ -107,7 +107,7 @@ Result<nlohmann::json> MeasureClients(const ServeDaemon& daemon, const LookupPha
       {"misses", r.misses},
       {"errors", r.errors}};
   if (r.errors > 0) j["first_error"] = r.first_error;
-  AddLockFields(before.lock, after.lock, r.lookups, "cpu_us_per_lookup", "loop_cpu_us_per_lookup", j);
+  AddLockFields(before.locks, after.locks, r.lookups, "cpu_us_per_lookup", "loop_cpu_us_per_lookup", j);
   return j;
 }
 
@@ -175,6 +175,7 @@ Result<nlohmann::json> RunLookupPhases(const LookupPhaseOptions& o, uint64_t& er
                             {"cpu_us_per_lookup", widest["cpu_us_per_lookup"]},
                             {"loop_cpu_us_per_lookup", widest["loop_cpu_us_per_lookup"]},
                             {"lock_hold_us_per_op", widest.value("lock_hold_us_per_op", 0.0)},
+                            {"tier_lock_hold_us_per_op", widest.value("tier_lock_hold_us_per_op", 0.0)},
                             {"projected", widest.value("projected", nlohmann::json())},
                             {"baseline_value_bytes", reply_bytes},
                             {"errors", 0},

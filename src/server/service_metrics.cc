@@ -130,6 +130,17 @@ void RenderStore(const StoreStats& s, Exposition& e) {
   e.Family("kvtier_tier_promotion_rate", "gauge",
            "Share of the blocks read from this tier that are promoted now (1 without a promotion gate).");
   for (const StoreTierStats& t : s.tiers) e.Sample("kvtier_tier_promotion_rate", tier_labels(t), Number(t.promotion_rate));
+  // Each tier's own lock, beside the metadata lock: its hold time is serial work per tier
+  // (docs/serve.md, "Scaling").
+  e.Family("kvtier_tier_lock_hold_seconds_total", "counter",
+           "Time the tier's policy and accounting lock was held (serial work per tier).");
+  for (const StoreTierStats& t : s.tiers) {
+    e.Sample("kvtier_tier_lock_hold_seconds_total", tier_labels(t), Number(t.lock.exclusive_hold_seconds));
+  }
+  e.Family("kvtier_tier_lock_acquisitions_total", "counter", "Acquisitions of the tier's policy and accounting lock.");
+  for (const StoreTierStats& t : s.tiers) {
+    e.Sample("kvtier_tier_lock_acquisitions_total", tier_labels(t), Number(t.lock.exclusive_acquisitions));
+  }
 
   e.Single("kvtier_lookups_total", "counter", "Lookup calls.", s.lookups);
   e.Family("kvtier_lookup_blocks_total", "counter", "Keys looked up: hit when in the stored prefix, miss otherwise.");

@@ -305,7 +305,9 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
   service.ReadPausedForBudget();
   StoreStats store;
   store.tiers.push_back({.name = "hbm", .kind = TierKind::kGpuHbm, .capacity_bytes = 1 << 30});
-  store.tiers.push_back({.name = "nvme0", .kind = TierKind::kNvme});
+  store.tiers.push_back({.name = "nvme0",
+                         .kind = TierKind::kNvme,
+                         .lock = {.exclusive_acquisitions = 3, .exclusive_hold_seconds = 0.25}});
   const std::shared_ptr<ReusePredictor> predictor = NewPredictor();
   const std::string text = RenderPrometheus(service, store, *predictor);
   const Parsed e = Check(text);
@@ -317,6 +319,7 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
         "kvtier_tier_promotions_total", "kvtier_tier_demotions_total", "kvtier_tier_drops_total",
         "kvtier_tier_refused_total", "kvtier_tier_evict_failures_total", "kvtier_tier_promotions_declined_total",
         "kvtier_tier_promotions_used_total", "kvtier_tier_promotions_wasted_total", "kvtier_tier_promotion_rate",
+        "kvtier_tier_lock_hold_seconds_total", "kvtier_tier_lock_acquisitions_total",
         "kvtier_lookups_total", "kvtier_lookup_blocks_total", "kvtier_gets_total",
         "kvtier_get_blocks_total", "kvtier_get_misses_total", "kvtier_puts_total", "kvtier_put_blocks_total",
         "kvtier_corrupt_blocks_total", "kvtier_vanished_copies_total", "kvtier_eviction_failures_total",
@@ -340,7 +343,7 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
         "kvtier_worker_spares_started_total", "kvtier_request_bytes_held", "kvtier_reads_paused_total"}) {
     EXPECT_TRUE(e.types.contains(family)) << family;
   }
-  EXPECT_EQ(e.types.size(), 75u) << "a family was added: list it here and in docs/metrics.md";
+  EXPECT_EQ(e.types.size(), 77u) << "a family was added: list it here and in docs/metrics.md";
   EXPECT_EQ(e.Value("kvtier_checksum_mismatches_total", {{"direction", "put"}}), 0);
   EXPECT_EQ(e.Value("kvtier_event_loops", {}), 2);
   EXPECT_EQ(e.Value("kvtier_event_loop_cpu_seconds_total", {}), 1.5);
@@ -353,6 +356,9 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
   EXPECT_EQ(e.Value("kvtier_tier_capacity_bytes", {{"tier", "hbm"}, {"kind", "gpu_hbm"}}), 1 << 30);
   EXPECT_EQ(e.Value("kvtier_tier_blocks", {{"tier", "nvme0"}, {"kind", "nvme"}}), 0);
   EXPECT_EQ(e.Value("kvtier_tier_promotion_rate", {{"tier", "nvme0"}, {"kind", "nvme"}}), 1) << "no gate";
+  EXPECT_EQ(e.Value("kvtier_tier_lock_hold_seconds_total", {{"tier", "nvme0"}, {"kind", "nvme"}}), 0.25);
+  EXPECT_EQ(e.Value("kvtier_tier_lock_acquisitions_total", {{"tier", "nvme0"}, {"kind", "nvme"}}), 3);
+  EXPECT_EQ(e.Value("kvtier_tier_lock_acquisitions_total", {{"tier", "hbm"}, {"kind", "gpu_hbm"}}), 0);
   // Every op is exported from the start, so rate() over a first request works.
   EXPECT_EQ(e.Value("kvtier_requests_total", {{"op", "hello"}, {"result", "ok"}}), 0);
   EXPECT_EQ(e.Value("kvtier_requests_total", {{"op", "get"}, {"result", "ok"}}), 1);
