@@ -399,9 +399,9 @@ Result<bool> TieredStore::Impl::RecordPutWriteLocked(const BlockPut& p, const Pu
   }
   ++entry->pins;
   pinned.push_back(p.key);
+  // Held by these tiers only (it is new), each told it is pinned as it admits it.
   if (write_through()) AddToTierLocked(p.key, persist_tier, w.meta, *entry);
   if (w.placed.ok() && *w.placed >= 0) AddToTierLocked(p.key, *w.placed, w.meta, *entry);
-  RefreshEvictableLocked(p.key);
   return true;
 }
 

@@ -309,21 +309,25 @@ void TieredStore::Impl::ApplyDeferredHitsLocked() {
     applying.swap(deferred_hits);
     hits_deferred.store(false, std::memory_order_relaxed);
   }
+  // The policies in the Gets' order, one hold of a tier's lock per run of hits on that tier
+  // (a chain's blocks are mostly read from one tier): not one per hit.
+  for (std::size_t i = 0; i < applying.size();) {
+    const int t = applying[i].tier;
+    TierState& ts = tier_state(t);
+    auto lock = ts.Lock();
+    for (; i < applying.size() && applying[i].tier == t; ++i) {
+      ++ts.stats.hits;
+      ts.policy->Touch(applying[i].key, applying[i].transition, ts.Tell(applying[i].at));
+    }
+  }
   for (const DeferredHit& h : applying) {
     BlockGuard guard(blocks, BlockGuard::Mode::kExclusive, h.key);
-    RecordHitLocked(h.key, h.tier, h.transition, h.gathered, h.at);
+    RecordHitLocked(h.key, h.tier, h.gathered, h.at);
   }
 }
 
-void TieredStore::Impl::RecordHitLocked(const BlockKey& key, int t, TransitionType transition, bool gathered,
-                                        double at) {
+void TieredStore::Impl::RecordHitLocked(const BlockKey& key, int t, bool gathered, double at) {
   if (gathered) read_counters.head_split_reads.fetch_add(1, std::memory_order_relaxed);
-  {
-    TierState& ts = tier_state(t);
-    auto lock = ts.Lock();
-    ++ts.stats.hits;
-    ts.policy->Touch(key, transition, ts.Tell(at));
-  }
   index.Touch({&key, 1}, static_cast<uint64_t>(at * 1e6));
   Block* entry = blocks.Find(key);
   if (entry != nullptr && entry->promoted_to >= t) SettlePromotionLocked(*entry, /*used=*/true);

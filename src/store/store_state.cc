@@ -80,11 +80,19 @@ void TieredStore::Impl::AddToTierLocked(const BlockKey& key, int t, const BlockM
   }
   (void)index.SetTier(key, t, true);
   const ResidentBlock resident = Resident(key, meta, b);
+  // A policy admits a block as evictable: told at once, under the same hold, when it is not
+  // (pinned, moving, or an interior block of the last tier).
+  bool evictable = b.pins == 0 && !b.moving;
+  if (evictable && t == last_tier()) {
+    const std::optional<BlockInfo> info = index.Find(key);
+    evictable = info && info->children == 0;
+  }
   const double now = Now();
   auto lock = ts.Lock();
   ts.used += meta.size_bytes;
   ++ts.blocks;
   ts.policy->Admit(resident, ts.Tell(now));
+  if (!evictable) ts.policy->SetEvictable(key, false);
 }
 
 void TieredStore::Impl::TellExpectedLocked(const BlockKey& key, std::optional<uint64_t> order) {

@@ -610,9 +610,10 @@ struct TieredStore::Impl {
   Result<std::optional<ReadHit>> ReadForGet(const BlockKey& key, std::size_t i, const std::optional<BlockKey>& previous,
                                             std::span<std::byte> out, const PlannedRead* planned,
                                             std::vector<std::pair<int, BlockKey>>& evict);
-  // Counts a read from tier `t` (`gathered`: from a split copy) and touches the block, as
-  // read at `at` (the store's clock). Shared is enough with `key`'s shard held exclusively.
-  void RecordHitLocked(const BlockKey& key, int t, TransitionType transition, bool gathered, double at);
+  // The block's side of a read from tier `t` (`gathered`: from a split copy) at `at` (the
+  // store's clock): the index's touch, a promotion or prefetch it settles. (The policy's side
+  // is ApplyDeferredHitsLocked's.) Shared is enough with `key`'s shard held exclusively.
+  void RecordHitLocked(const BlockKey& key, int t, bool gathered, double at);
   // A Get's hits (hits[i] is keys[i]'s), for the next exclusive section to record; applies
   // them at once, taking `mu_` exclusively, when kMaxDeferredHits wait. Called with `mu_` released.
   void DeferHits(std::span<const BlockKey> keys, std::span<const ReadHit> hits, TransitionType transition);
