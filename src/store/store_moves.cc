@@ -42,7 +42,11 @@ void TieredStore::Impl::KickRebalances() {
   RetryPendingEvictions();
   // Every Put and Get ends here, and nearly all find no tier to queue: they look under the
   // shared lock and take it exclusively only to queue one.
-  auto tier_due = [this](int t) { return OverHighWatermarkLocked(t) && !tier_state(t).rebalance_queued; };
+  auto tier_due = [this](int t) {
+    if (!OverHighWatermarkLocked(t)) return false;
+    auto lock = tier_state(t).Lock();  // a rebalance that ends clears it under `mu_` shared
+    return !tier_state(t).rebalance_queued;
+  };
   {
     std::shared_lock lock(mu_);
     bool any = false;
@@ -68,7 +72,8 @@ void TieredStore::Impl::Rebalance(int t, uint64_t need, uint64_t force_bytes) {
     if (batch.empty()) return;
     const std::vector<Status> moved = MoveVictims(t, batch);
     if (!SettleVictims(t, batch, moved)) {  // nothing could leave (pinned, interior, lower tiers failing)
-      ExclusiveLock lock(*this);
+      std::shared_lock lock(mu_);
+      auto tier_lock = tier_state(t).Lock();
       tier_state(t).rebalance_queued = false;
       return;
     }
@@ -77,24 +82,36 @@ void TieredStore::Impl::Rebalance(int t, uint64_t need, uint64_t force_bytes) {
 
 std::vector<TieredStore::Impl::Victim> TieredStore::Impl::PlanVictims(int t, uint64_t need, uint64_t& force_bytes) {
   std::vector<Victim> batch;
-  ExclusiveLock lock(*this);
+  // Shared: each victim is taken under its shard, the policy asked under the tier's lock.
+  std::shared_lock lock(mu_);
+  ApplyDeferredHitsLocked();  // the policy picks with the hits read before
   TierState& ts = tier_state(t);
   const double target = options.low_watermark * static_cast<double>(ts.capacity);
   uint64_t planned = 0;
   while (batch.size() < kDemotionBatch) {
-    const uint64_t remaining = ts.used - std::min(ts.used, planned);
-    if (ts.capacity == 0 ||
-        (planned >= force_bytes && static_cast<double>(remaining) <= target && remaining + need <= ts.capacity)) {
-      break;
+    std::optional<BlockKey> victim;
+    {
+      auto tier_lock = ts.Lock();
+      const uint64_t remaining = ts.used - std::min(ts.used, planned);
+      if (ts.capacity == 0 ||
+          (planned >= force_bytes && static_cast<double>(remaining) <= target && remaining + need <= ts.capacity)) {
+        break;
+      }
+      victim = ts.policy->Victim();
     }
-    const std::optional<BlockKey> victim = ts.policy->Victim();
     if (!victim) break;
+    BlockGuard guard(blocks, BlockGuard::Mode::kExclusive, *victim);
     const std::optional<BlockInfo> info = index.Find(*victim);
     Block* entry = blocks.Find(*victim);
     if (!info || entry == nullptr) {  // cannot happen; keep the policy consistent
+      auto tier_lock = ts.Lock();
       ts.policy->Remove(*victim, ts.Tell(Now()));
       continue;
     }
+    // Between the policy's answer and this shard another thread may have pinned it, moved it
+    // or taken it out of this tier; it told the policy under this shard, so the policy's
+    // next answer is another block.
+    if (!(info->meta.tiers & (1u << t)) || !EvictableLocked(*info, *entry, t)) continue;
     BeginMoveLocked(*victim, *entry);
     Victim v = ChooseActionLocked(*victim, *info, *entry, t);
     if (v.action == Victim::Action::kDemote && t == last_tier()) {
@@ -105,7 +122,10 @@ std::vector<TieredStore::Impl::Victim> TieredStore::Impl::PlanVictims(int t, uin
                                                   : BytesIn(*entry, t, info->meta.size_bytes);
     batch.push_back(std::move(v));
   }
-  if (batch.empty()) ts.rebalance_queued = false;  // nothing (more) to move: this rebalance ends
+  if (batch.empty()) {  // nothing (more) to move: this rebalance ends
+    auto tier_lock = ts.Lock();
+    ts.rebalance_queued = false;
+  }
   force_bytes -= std::min(force_bytes, planned);
   return batch;
 }
@@ -120,7 +140,7 @@ TieredStore::Impl::Victim TieredStore::Impl::ChooseActionLocked(const BlockKey& 
     if (plan.ok() && !plan->units.None() && plan->units.Count() < options.head_layout->unit_count()) {
       v.action = Victim::Action::kSplit;
       v.lower = plan->units;
-      stats.head_importance_assumed = plan->assumed_importance;
+      write_counters.head_importance_assumed.store(plan->assumed_importance, std::memory_order_relaxed);
       return v;
     }
   }
@@ -197,8 +217,10 @@ bool TieredStore::Impl::SettleVictims(int t, std::span<const Victim> batch, std:
   std::vector<std::pair<int, BlockKey>> parts_leaving;
   bool progressed = false;
   {
-    ExclusiveLock lock(*this);
+    std::shared_lock lock(mu_);  // each victim is this mover's: its shard is enough
+    ApplyDeferredHitsLocked();
     for (std::size_t i = 0; i < batch.size(); ++i) {
+      BlockGuard guard(blocks, BlockGuard::Mode::kExclusive, batch[i].key);
       if (SettleVictimLocked(t, batch[i], moved[i], leaving, parts_leaving)) progressed = true;
     }
   }
@@ -207,10 +229,18 @@ bool TieredStore::Impl::SettleVictims(int t, std::span<const Victim> batch, std:
   {
     // A block stays claimed while its copy leaves, so that no write of the key (a Put of a
     // block just dropped, say) lands before the eviction and is deleted by it.
-    ExclusiveLock lock(*this);
+    std::shared_lock lock(mu_);
     for (const BlockKey& key : leaving) {
-      if (Block* entry = blocks.Find(key); entry != nullptr) EndMoveLocked(key, *entry);
-      ForgetLocked(key);  // dropped: held by no tier now
+      const std::optional<BlockInfo> info = index.Find(key);
+      std::optional<BlockKey> parent;
+      {
+        // Let go and forgotten under one hold of its shard (and its parent's): no put of the
+        // key comes in between to find it neither held nor gone.
+        BlockGuard guard(blocks, BlockGuard::Mode::kExclusive, key, info ? info->parent : std::nullopt);
+        if (Block* entry = blocks.Find(key); entry != nullptr) EndMoveLocked(key, *entry);
+        parent = ForgetOneLocked(key);  // dropped: held by no tier now
+      }
+      if (parent) ForgetUnderShards(*parent);
     }
   }
   KickRebalances();  // the tier below may be over its watermark now
@@ -235,10 +265,16 @@ bool TieredStore::Impl::SettleVictimLocked(int t, const Victim& v, const Status&
                              .lower = v.lower,
                              .upper_bytes = v.meta.size_bytes - lower_bytes,
                              .lower_bytes = lower_bytes};
-      ts.used -= std::min<uint64_t>(ts.used, lower_bytes);
-      tier_state(t + 1).used += lower_bytes;
-      ++stats.head_splits;
-      ++ts.stats.demotions;
+      {
+        auto tier_lock = ts.Lock();
+        ts.used -= std::min<uint64_t>(ts.used, lower_bytes);
+        ++ts.stats.demotions;
+      }
+      {
+        auto tier_lock = tier_state(t + 1).Lock();
+        tier_state(t + 1).used += lower_bytes;
+      }
+      write_counters.head_splits.fetch_add(1, std::memory_order_relaxed);
     }
     RefreshEvictableLocked(v.key);
     return moved.ok();
@@ -251,7 +287,7 @@ bool TieredStore::Impl::SettleVictimLocked(int t, const Victim& v, const Status&
       RefreshEvictableLocked(v.key);
       return false;
     }
-    ++ts.stats.drops;
+    CountInTier(t, &StoreTierStats::drops);
     if (b.split) parts_leaving.push_back(ForgetSplitLocked(v.key, b));
     RemoveFromTierLocked(v.key, t, here);
     leaving.push_back(v.key);
@@ -260,13 +296,13 @@ bool TieredStore::Impl::SettleVictimLocked(int t, const Victim& v, const Status&
   }
   if (v.action == Victim::Action::kDemote) {
     AddToTierLocked(v.key, t + 1, v.meta, b);
-    ++ts.stats.demotions;
+    CountInTier(t, &StoreTierStats::demotions);
   } else if (v.action == Victim::Action::kDrop) {
     if (b.pins > 0 || info->children > 0) {  // pinned or extended meanwhile
       RefreshEvictableLocked(v.key);
       return false;
     }
-    ++ts.stats.drops;
+    CountInTier(t, &StoreTierStats::drops);
   }
   // The copy here leaves (moved down whole, dropped, or held below already): so does the
   // lower half of its split, if it had one.

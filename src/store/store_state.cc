@@ -17,8 +17,11 @@ constexpr int kEvictionRetriesPerCall = 256;  // a tier back after an outage is 
 
 std::pair<int, BlockKey> TieredStore::Impl::ForgetSplitLocked(const BlockKey& key, Block& b) {
   const Block::Split split = *b.split;
-  TierState& lower = tier_state(split.lower_tier);
-  lower.used -= std::min<uint64_t>(lower.used, split.lower_bytes);
+  {
+    TierState& lower = tier_state(split.lower_tier);
+    auto lock = lower.Lock();
+    lower.used -= std::min<uint64_t>(lower.used, split.lower_bytes);
+  }
   b.split.reset();
   ++b.placement;
   return {split.lower_tier, PartKey(key)};
@@ -104,18 +107,22 @@ void TieredStore::Impl::TellExpectedLocked(const BlockKey& key, std::optional<ui
 }
 
 void TieredStore::Impl::RemoveFromTierLocked(const BlockKey& key, int t, uint32_t bytes) {
-  TierState& ts = tier_state(t);
   (void)index.SetTier(key, t, false);
-  ts.used -= std::min<uint64_t>(ts.used, bytes);
-  if (ts.blocks > 0) --ts.blocks;
-  ts.policy->Remove(key, ts.Tell(Now()));
+  {
+    TierState& ts = tier_state(t);
+    const double now = Now();
+    auto lock = ts.Lock();
+    ts.used -= std::min<uint64_t>(ts.used, bytes);
+    if (ts.blocks > 0) --ts.blocks;
+    ts.policy->Remove(key, ts.Tell(now));
+  }
   Block* b = blocks.Find(key);
   if (b != nullptr) ++b->placement;
   if (b != nullptr && b->promoted_to == t) SettlePromotionLocked(*b, /*used=*/false);
   if (t == 0 && b != nullptr && b->prefetched) {
     b->prefetched = false;
-    ++stats.prefetch_wasted;
-    stats.prefetch_wasted_bytes += bytes;
+    write_counters.prefetch_wasted.fetch_add(1, std::memory_order_relaxed);
+    write_counters.prefetch_wasted_bytes.fetch_add(bytes, std::memory_order_relaxed);
     prefetch_window->OnWasted(1, bytes);
   }
 }
@@ -128,15 +135,28 @@ void TieredStore::Impl::SettlePromotionLocked(Block& b, bool used) {
 
 void TieredStore::Impl::ForgetLocked(const BlockKey& key) {
   std::optional<BlockKey> next = key;
+  while (next) next = ForgetOneLocked(*next);
+}
+
+void TieredStore::Impl::ForgetUnderShards(const BlockKey& key) {
+  std::optional<BlockKey> next = key;
   while (next) {
+    // A block's parent never changes: looked up first, it names the second shard to hold.
     const std::optional<BlockInfo> info = index.Find(*next);
-    if (!info || info->meta.tiers != 0 || info->children != 0) return;
-    if (const Block* b = blocks.Find(*next); b != nullptr && (b->pins > 0 || b->moving)) return;
-    if (!index.Evict(*next).ok()) return;
-    blocks.Erase(*next);
-    if (info->parent) RefreshEvictableLocked(*info->parent);
-    next = info->parent;  // a parent a tier lost stayed listed only for this child
+    if (!info) return;
+    BlockGuard guard(blocks, BlockGuard::Mode::kExclusive, *next, info->parent);
+    next = ForgetOneLocked(*next);
   }
+}
+
+std::optional<BlockKey> TieredStore::Impl::ForgetOneLocked(const BlockKey& key) {
+  const std::optional<BlockInfo> info = index.Find(key);
+  if (!info || info->meta.tiers != 0 || info->children != 0) return std::nullopt;
+  if (const Block* b = blocks.Find(key); b != nullptr && (b->pins > 0 || b->moving)) return std::nullopt;
+  if (!index.Evict(key).ok()) return std::nullopt;
+  blocks.Erase(key);
+  if (info->parent) RefreshEvictableLocked(*info->parent);
+  return info->parent;  // a parent a tier lost stayed listed only for this child
 }
 
 bool TieredStore::Impl::OverHighWatermarkLocked(int t) const {

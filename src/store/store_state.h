@@ -24,13 +24,15 @@
 //     against the others under `mu_` shared (TierState::Lock);
 //   - `write_counters` and `read_counters` are atomics; `pending_mu_` guards
 //     `pending_evictions`.
-// So lookups, the planning half of reads, promotions and prefetches, and in the common case a
-// put's sections (indexing its blocks, recording their writes, letting its pins go) run under
-// `mu_` shared: puts of different chains touch different shards and contend only for a
-// tier's lock, held for the policy's few calls. What changes many blocks at once or walks
-// the tree takes `mu_` exclusively: demotion (Rebalance), forgetting blocks (a put's
-// failures too), recovery, pins, expectations, sharing, and a put that must wait for a block
-// a mover holds.
+// So lookups, the planning half of reads, promotions, prefetches, demotion (Rebalance's
+// planning and settling, dropped blocks forgotten a block and its parent at a time) and in
+// the common case a put's sections (indexing its blocks, recording their writes, letting
+// its pins go) run under `mu_` shared: operations on different chains touch different
+// shards and contend only for a tier's lock, held for the policy's few calls. What is rare
+// or changes many blocks at once takes `mu_` exclusively: a put's refusals and errors (which
+// forget the blocks of its batch), a put that must wait for a block a mover holds, reads
+// that find a copy corrupt or gone, recovery, pins, expectations, retags, the shared tier's
+// indexing, and applying kMaxDeferredHits at once.
 // Lock order: `mu_`, then shards (ascending, at most two), then one tier's lock, then the
 // leaf locks (`pending_mu_`, `hits_mu_`, the index's and the journal's own locks); nothing
 // is called while a tier's lock is held but the policy and the counters it guards.
@@ -151,9 +153,11 @@ struct TieredStore::Impl {
     std::atomic<uint64_t> head_split_reads{0}, prefetch_used{0};  // counted as deferred hits are applied
   };
   ReadCounters read_counters;
-  // The counters puts and promotions add to under `mu_` shared; GetStats folds them into `stats` too.
+  // What puts and the movers count under `mu_` shared; GetStats folds it into `stats` too.
   struct WriteCounters {
-    std::atomic<uint64_t> puts{0}, put_blocks{0}, prefetch_issued{0};
+    std::atomic<uint64_t> puts{0}, put_blocks{0}, prefetch_issued{0}, prefetch_wasted{0}, prefetch_wasted_bytes{0};
+    std::atomic<uint64_t> head_splits{0};
+    std::atomic<bool> head_importance_assumed{false};
   };
   WriteCounters write_counters;
   // Hits that Gets read and the policies have not seen yet (the locking comment above).
@@ -323,7 +327,16 @@ struct TieredStore::Impl {
   // Forgets a block held by no tier: out of the index (it is a leaf) and the table; so are
   // its ancestors held by no tier that it leaves without children (copies a tier lost).
   void ForgetLocked(const BlockKey& key);
+  // ForgetLocked with `mu_` held shared and no shard: each block under its and its parent's.
+  void ForgetUnderShards(const BlockKey& key);
+  // One step of both: forgets `key` if it may go; returns its parent, to look at next.
+  std::optional<BlockKey> ForgetOneLocked(const BlockKey& key);
   bool OverHighWatermarkLocked(int t) const;  // shared is enough (takes the tier's lock)
+  // Adds one to tier t's counter `field` under the tier's lock (so `mu_` shared is enough).
+  void CountInTier(int t, uint64_t StoreTierStats::*field) {
+    auto lock = tier_state(t).Lock();
+    ++(tier_state(t).stats.*field);
+  }
   uint64_t UsedBytesLocked(int t) const;       // tier t's `used`; shared is enough (takes the tier's lock)
 
   // --- I/O, or its accounting in a metadata-only store (store_state.cc) ------------------

@@ -237,6 +237,10 @@ StoreStats TieredStore::GetStats() const {
   StoreStats out = s.stats;
   out.puts = s.write_counters.puts.load(std::memory_order_relaxed);
   out.prefetch_issued = s.write_counters.prefetch_issued.load(std::memory_order_relaxed);
+  out.prefetch_wasted = s.write_counters.prefetch_wasted.load(std::memory_order_relaxed);
+  out.prefetch_wasted_bytes = s.write_counters.prefetch_wasted_bytes.load(std::memory_order_relaxed);
+  out.head_splits = s.write_counters.head_splits.load(std::memory_order_relaxed);
+  out.head_importance_assumed = s.write_counters.head_importance_assumed.load(std::memory_order_relaxed);
   out.head_split_reads = s.read_counters.head_split_reads.load(std::memory_order_relaxed);
   out.prefetch_used = s.read_counters.prefetch_used.load(std::memory_order_relaxed);
   out.put_blocks = s.write_counters.put_blocks.load(std::memory_order_relaxed);
