@@ -236,7 +236,9 @@ Status TieredStore::Impl::IndexBatchLocked(std::span<const BlockPut> chain, std:
     KVTIER_ASSIGN_OR_RETURN(const PutAction action, std::move(indexed));
     if (action == PutAction::kWait) {
       if (!batch.empty()) return Status::Ok();  // the blocks before it go first
-      if (lock == nullptr) {  // a wait needs `mu_` exclusive: move_done_ is notified under it
+      // A wait sleeps on move_done_ with `mu_` held exclusively: the look and the sleep are
+      // one step against a mover letting the block go, which needs `mu_` too.
+      if (lock == nullptr) {
         must_wait = true;
         return Status::Ok();
       }

@@ -225,7 +225,9 @@ struct TieredStore::Impl {
   int shared_tier = -1;
   TierMask networked = 0;
 
-  std::condition_variable_any move_done_;  // with mu_ exclusive: a block's mover let it go (EndMoveLocked)
+  // A block's mover (or put) let it go (EndMoveLocked, under `mu_` in either mode); waited on
+  // with `mu_` held exclusively.
+  std::condition_variable_any move_done_;
   // Evictions a tier refused (a remote pool that is down), retried by KickRebalances until
   // they succeed; a write of the block into that tier cancels its entry.
   mutable std::mutex pending_mu_;
