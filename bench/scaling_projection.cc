@@ -31,6 +31,7 @@ nlohmann::json ProjectScaling(const OperationCost& cost, int cores) {
   };
   if (cost.lock_hold_us > 0) consider(1e6 / cost.lock_hold_us, "metadata lock");
   if (cost.tier_lock_hold_us > 0) consider(1e6 / cost.tier_lock_hold_us, "tier lock");
+  if (cost.index_lock_hold_us > 0) consider(1e6 / cost.index_lock_hold_us, "index lock");
   if (cost.event_loop_cpu_us > 0) consider(static_cast<double>(loops) * 1e6 / cost.event_loop_cpu_us, "event loops");
   return {{"cores", cores}, {"event_loops", loops}, {"ops_per_s", ops_per_s}, {"bound", bound}};
 }
@@ -57,9 +58,12 @@ void AddLockFields(const LockReadings& before, const LockReadings& after, uint64
   entry["lock_acquisitions_per_op"] =
       static_cast<double>(metadata_after.exclusive_acquisitions - metadata_before.exclusive_acquisitions) / n;
   entry["tier_lock_hold_us_per_op"] = tier_hold_us;
+  const double index_hold_us = (after.index_hold_seconds - before.index_hold_seconds) / n * 1e6;
+  entry["index_lock_hold_us_per_op"] = index_hold_us;
   const OperationCost cost{.cpu_us = NumberOr(entry, cpu_field, 0),
                            .lock_hold_us = hold_us,
                            .tier_lock_hold_us = tier_hold_us,
+                           .index_lock_hold_us = index_hold_us,
                            .event_loop_cpu_us = NumberOr(entry, event_loop_cpu_field, 0)};
   entry["projected"] = ProjectScaling(cost, kProjectedCores);
 }

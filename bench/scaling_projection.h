@@ -1,11 +1,13 @@
 // How far `kvtier bench serve`'s operations would scale on a host with many cores, projected
-// from what one operation cost on this one (docs/serve.md, "Scaling"). Four bounds:
+// from what one operation cost on this one (docs/serve.md, "Scaling"). Five bounds:
 //  - the daemon's CPU time per operation, which more cores share out: cores / CPU time;
 //  - the time per operation it held the store's metadata lock exclusively, which no number of
 //    cores overlaps (Amdahl's serial part): 1 / hold time;
 //  - the time per operation the busiest tier's policy and accounting lock was held: each tier's
 //    lock is a serial section of its own (puts of different chains share the metadata lock,
 //    not a tier's), so 1 / the longest of them;
+//  - the time per operation the prefix index's lock was held exclusively (its inserts and
+//    evictions, which puts of different chains also share): 1 / hold time;
 //  - the event loops' CPU time per operation: each loop is one thread, a serial section of its
 //    own (lookups are answered on it), so the loops a host of that size gets by default
 //    (ServerOptions::DefaultEventLoops) / loop CPU time, connections spread evenly over them.
@@ -30,10 +32,12 @@ struct OperationCost {
   double cpu_us = 0;           // CPU time, all its threads
   double lock_hold_us = 0;     // the metadata lock held exclusively; 0: never (no lock bound)
   double tier_lock_hold_us = 0;  // the busiest tier's lock held; 0: not measured (no tier lock bound)
+  double index_lock_hold_us = 0;  // the prefix index's lock held exclusively; 0: not measured (no bound)
   double event_loop_cpu_us = 0;  // CPU time of its event loop threads; 0: not measured (no loop bound)
 };
 
-// {cores, event_loops, ops_per_s, bound: "cpu" | "metadata lock" | "tier lock" | "event loops"};
+// {cores, event_loops, ops_per_s, bound: "cpu" | "metadata lock" | "tier lock" | "index lock" |
+// "event loops"};
 // null when no CPU time was measured or `cores` is not positive. A tie goes to "cpu".
 nlohmann::json ProjectScaling(const OperationCost& cost, int cores);
 
@@ -43,6 +47,7 @@ nlohmann::json ProjectScaling(const OperationCost& cost, int cores);
 struct LockReadings {
   LockProfile metadata;
   std::map<std::string, double> tier_hold_seconds;
+  double index_hold_seconds = 0;  // the prefix index's lock (0 from a daemon that exports none)
 };
 
 // Adds lock_hold_us_per_op, lock_wait_us_per_op (both modes), tier_lock_hold_us_per_op (the

@@ -33,6 +33,15 @@ TEST(ProjectScaling, AnUnmeasuredTierLockBindsNothing) {
   EXPECT_EQ(p["bound"], "cpu");
 }
 
+TEST(ProjectScaling, TheIndexLockBindsWhenItsHoldIsTheLongest) {
+  // Every put's inserts hold the prefix index's lock: 1 / 40 us = 25,000/s, below the tier
+  // lock's 1 / 30 us, the metadata lock's 1 / 2 us and 64 cores' 64 / 300 us.
+  const nlohmann::json p =
+      ProjectScaling({.cpu_us = 300, .lock_hold_us = 2, .tier_lock_hold_us = 30, .index_lock_hold_us = 40}, 64);
+  EXPECT_DOUBLE_EQ(p["ops_per_s"].get<double>(), 1e6 / 40);
+  EXPECT_EQ(p["bound"], "index lock");
+}
+
 TEST(ProjectScaling, TheEventLoopsBindWhenTheyCarryMostOfTheWork) {
   // A 64-thread host gets 16 loops by default: 16 / 25 us = 640,000/s, below 64 / 30 us.
   const nlohmann::json p = ProjectScaling({.cpu_us = 30, .lock_hold_us = 0, .event_loop_cpu_us = 25}, 64);
@@ -71,6 +80,7 @@ TEST(AddLockFields, PerOperationFieldsAndTheProjectionFromTheEntrysCosts) {
   EXPECT_NEAR(entry["lock_wait_us_per_op"].get<double>(), 20, 1e-6);   // 2 ms of shared waits
   EXPECT_DOUBLE_EQ(entry["lock_acquisitions_per_op"].get<double>(), 0.2);
   EXPECT_EQ(entry["tier_lock_hold_us_per_op"].get<double>(), 0) << "a daemon that exports no tier locks";
+  EXPECT_EQ(entry["index_lock_hold_us_per_op"].get<double>(), 0) << "nor the index's";
   // 1 / 10 us = 100,000/s: below the loops' 640,000/s and the CPU's 2.1 M/s.
   EXPECT_EQ(entry["projected"]["bound"], "metadata lock");
 
@@ -85,6 +95,16 @@ TEST(AddLockFields, PerOperationFieldsAndTheProjectionFromTheEntrysCosts) {
   nlohmann::json no_operations;
   AddLockFields(before, after, 0, "cpu_us_per_op", nullptr, no_operations);
   EXPECT_TRUE(no_operations.is_null());
+}
+
+TEST(AddLockFields, TheIndexLocksHoldPerOperation) {
+  // 3 ms of inserts over 100 operations: 30 us each, 33,333/s, below the CPU's 213,333/s.
+  const LockReadings before{.index_hold_seconds = 2.0};
+  const LockReadings after{.index_hold_seconds = 2.003};
+  nlohmann::json entry = {{"cpu_us_per_op", 300.0}};
+  AddLockFields(before, after, 100, "cpu_us_per_op", nullptr, entry);
+  EXPECT_NEAR(entry["index_lock_hold_us_per_op"].get<double>(), 30, 1e-6);
+  EXPECT_EQ(entry["projected"]["bound"], "index lock");
 }
 
 TEST(AddLockFields, TheBusiestTiersLockIsTheTierBound) {

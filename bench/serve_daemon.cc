@@ -219,6 +219,9 @@ Result<MetricsSample> ServeDaemon::Metrics(const std::string& op) const {
     KVTIER_ASSIGN_OR_RETURN(*value, MetricSample(text, name));
   }
   m.locks.tier_hold_seconds = LabelledSamples(text, "kvtier_tier_lock_hold_seconds_total");
+  if (Result<double> index = MetricSample(text, "kvtier_index_lock_hold_seconds_total"); index.ok()) {
+    m.locks.index_hold_seconds = *index;
+  }
   m.request.count = static_cast<uint64_t>(count);
   m.locks.metadata.exclusive_acquisitions = static_cast<uint64_t>(acquisitions);
   m.locks.metadata.exclusive_waits = static_cast<uint64_t>(exclusive_waits);

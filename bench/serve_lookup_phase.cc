@@ -176,6 +176,7 @@ Result<nlohmann::json> RunLookupPhases(const LookupPhaseOptions& o, uint64_t& er
                             {"loop_cpu_us_per_lookup", widest["loop_cpu_us_per_lookup"]},
                             {"lock_hold_us_per_op", widest.value("lock_hold_us_per_op", 0.0)},
                             {"tier_lock_hold_us_per_op", widest.value("tier_lock_hold_us_per_op", 0.0)},
+                            {"index_lock_hold_us_per_op", widest.value("index_lock_hold_us_per_op", 0.0)},
                             {"projected", widest.value("projected", nlohmann::json())},
                             {"baseline_value_bytes", reply_bytes},
                             {"errors", 0},

@@ -18,10 +18,12 @@
 // EvictableLeaves() walks a list of the current leaves in the order they became leaves, so
 // leaf-first candidates cost O(candidates), not O(blocks).
 //
-// Thread-safety and locking: one reader-writer lock (`mutex_`). Lookups, Find, Pin/unpin,
-// Touch, tier updates and iteration take it shared; node fields they change are atomics.
-// Insert and Evict take it exclusive. Nothing else is locked while it is held, and no
-// callback runs under it except ForEachBlock's visitor (which must not call the index).
+// Thread-safety and locking: one reader-writer lock (`mutex_`; writers first, so that a
+// stream of lookups cannot keep an insert waiting; profiled, Stats::lock). Lookups, Find,
+// Pin/unpin, Touch, tier updates and iteration take it shared; node fields they change are
+// atomics. Insert, Evict and SetTags take it exclusive: the serial part of a store whose
+// puts run side by side (docs/store.md, "Locking"). Nothing else is locked while it is held,
+// and no callback runs under it except ForEachBlock's visitor (which must not call the index).
 #pragma once
 
 #include <atomic>
@@ -29,11 +31,11 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <shared_mutex>
 #include <span>
 #include <vector>
 
 #include "kvtier/block.h"
+#include "kvtier/lock_profile.h"
 #include "kvtier/status.h"
 
 namespace kvtier {
@@ -70,6 +72,7 @@ struct PrefixIndexOptions {
 };
 
 class PrefixIndex;
+class ProfiledRwMutex;
 
 // Keeps blocks pinned (not evictable) while it lives. Move-only.
 class PinnedBlocks {
@@ -101,6 +104,7 @@ class PrefixIndex {
     uint64_t hit_blocks = 0;
     uint64_t collisions = 0;
     uint64_t evictions = 0;
+    LockProfile lock;  // the index's lock: how long inserts and evictions held it
   };
 
   explicit PrefixIndex(PrefixIndexOptions options = {});
@@ -169,7 +173,7 @@ class PrefixIndex {
   void AppendLeafLocked(uint32_t id);
   void UnlinkLeafLocked(uint32_t id);
 
-  mutable std::shared_mutex mutex_;
+  std::unique_ptr<ProfiledRwMutex> mutex_;
   std::unique_ptr<NodeArena> arena_;  // GUARDED_BY(mutex_) for structure; node atomics are lock-free
   // Open addressing with linear probing over 16-byte slots (a hash of the key, node id,
   // parent id) in huge pages. GUARDED_BY(mutex_).

@@ -249,6 +249,9 @@ struct StoreStats {
   // The one lock over the store's metadata (index, block table, policies): time held
   // exclusively (Put, the movers' bookkeeping, the end of a Get) and waited for.
   LockProfile metadata_lock;
+  // The prefix index's own lock (prefix_index.h): every insert and eviction of a block holds
+  // it exclusively, a serial part that puts of different chains still share.
+  LockProfile index_lock;
 };
 
 class StorePin;

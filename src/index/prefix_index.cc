@@ -1,9 +1,11 @@
 #include "kvtier/prefix_index.h"
 
 #include "util/huge_page_memory.h"
+#include "util/profiled_rw_mutex.h"
 
 #include <algorithm>
 #include <mutex>
+#include <shared_mutex>
 
 namespace kvtier {
 namespace {
@@ -160,7 +162,8 @@ std::unique_ptr<PrefixIndex::SlotArray> PrefixIndex::NewSlots(std::size_t count)
   return slots;
 }
 
-PrefixIndex::PrefixIndex(PrefixIndexOptions options) : leaf_head_(kNoNode), leaf_tail_(kNoNode) {
+PrefixIndex::PrefixIndex(PrefixIndexOptions options)
+    : mutex_(std::make_unique<ProfiledRwMutex>()), leaf_head_(kNoNode), leaf_tail_(kNoNode) {
   const std::size_t expected = std::min<std::size_t>(options.expected_blocks, std::size_t{1} << 31);
   arena_ = std::make_unique<NodeArena>(expected);
   // Room for expected_blocks at a load of 0.7, below the 0.75 that triggers growth.
@@ -180,7 +183,7 @@ static std::size_t FindSlot(const auto& slots, const auto& node_key, const Block
 }
 
 std::size_t PrefixIndex::LongestPrefix(std::span<const BlockKey> keys, std::span<const uint64_t> fingerprints) const {
-  std::shared_lock lock(mutex_);
+  std::shared_lock lock(*mutex_);
   lookups_.fetch_add(1, std::memory_order_relaxed);
   uint32_t previous = kNoNode;
   std::size_t found = 0;
@@ -222,7 +225,7 @@ Result<std::size_t> PrefixIndex::Insert(std::span<const BlockKey> keys, std::spa
   if (meta.size() != keys.size()) {
     return Status::InvalidArgument("Insert: " + std::to_string(keys.size()) + " keys but " + std::to_string(meta.size()) + " metas");
   }
-  std::unique_lock lock(mutex_);
+  std::unique_lock lock(*mutex_);
   auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
   uint32_t previous = kNoNode;
   if (parent) {
@@ -271,7 +274,7 @@ Result<std::size_t> PrefixIndex::Insert(std::span<const BlockKey> keys, std::spa
 }
 
 void PrefixIndex::Touch(std::span<const BlockKey> keys, uint64_t now) {
-  std::shared_lock lock(mutex_);
+  std::shared_lock lock(*mutex_);
   auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
   for (const BlockKey& key : keys) {
     const std::size_t slot = FindSlot(*slots_, node_key, key);
@@ -280,7 +283,7 @@ void PrefixIndex::Touch(std::span<const BlockKey> keys, uint64_t now) {
 }
 
 std::optional<BlockInfo> PrefixIndex::Find(const BlockKey& key) const {
-  std::shared_lock lock(mutex_);
+  std::shared_lock lock(*mutex_);
   auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
   const std::size_t slot = FindSlot(*slots_, node_key, key);
   if (slot == slots_->size()) return std::nullopt;
@@ -289,7 +292,7 @@ std::optional<BlockInfo> PrefixIndex::Find(const BlockKey& key) const {
 
 void PrefixIndex::FindRun(std::span<const BlockKey> keys, RunStart start, std::vector<BlockInfo>& out) const {
   out.clear();
-  std::shared_lock lock(mutex_);
+  std::shared_lock lock(*mutex_);
   const SlotArray& slots = *slots_;
   const std::size_t n = slots.size();
   // As LongestPrefix: the slots of block i + 8 are prefetched while block i is checked.
@@ -324,7 +327,7 @@ BlockInfo PrefixIndex::InfoLocked(uint32_t id) const {
 }
 
 Result<PinnedBlocks> PrefixIndex::Pin(std::span<const BlockKey> keys) const {
-  std::shared_lock lock(mutex_);
+  std::shared_lock lock(*mutex_);
   auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
   std::vector<uint32_t> nodes;
   nodes.reserve(keys.size());
@@ -341,13 +344,13 @@ Result<PinnedBlocks> PrefixIndex::Pin(std::span<const BlockKey> keys) const {
 }
 
 void PrefixIndex::Unpin(std::span<const uint32_t> nodes) const {
-  std::shared_lock lock(mutex_);
+  std::shared_lock lock(*mutex_);
   for (uint32_t id : nodes) arena_->at(id).pins.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 Status PrefixIndex::SetTier(const BlockKey& key, int tier, bool present) {
   if (tier < 0 || tier >= kMaxTiers) return Status::InvalidArgument("tier " + std::to_string(tier) + " is not in 0..7");
-  std::shared_lock lock(mutex_);
+  std::shared_lock lock(*mutex_);
   auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
   const std::size_t slot = FindSlot(*slots_, node_key, key);
   if (slot == slots_->size()) return Status::NotFound("SetTier: block " + key.ToHex() + " is not in the index");
@@ -362,7 +365,7 @@ Status PrefixIndex::SetTier(const BlockKey& key, int tier, bool present) {
 }
 
 Status PrefixIndex::SetTags(const BlockKey& key, BlockType type, TransitionType transition) {
-  std::unique_lock lock(mutex_);  // tags are plain bytes, read under the shared lock
+  std::unique_lock lock(*mutex_);  // tags are plain bytes, read under the shared lock
   auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
   const std::size_t slot = FindSlot(*slots_, node_key, key);
   if (slot == slots_->size()) return Status::NotFound("SetTags: block " + key.ToHex() + " is not in the index");
@@ -371,7 +374,7 @@ Status PrefixIndex::SetTags(const BlockKey& key, BlockType type, TransitionType 
 }
 
 Status PrefixIndex::Evict(const BlockKey& key) {
-  std::unique_lock lock(mutex_);
+  std::unique_lock lock(*mutex_);
   auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
   const std::size_t slot = FindSlot(*slots_, node_key, key);
   if (slot == slots_->size()) return Status::NotFound("Evict: block " + key.ToHex() + " is not in the index");
@@ -396,7 +399,7 @@ Status PrefixIndex::Evict(const BlockKey& key) {
 }
 
 std::vector<BlockKey> PrefixIndex::EvictableLeaves(std::size_t max) const {
-  std::shared_lock lock(mutex_);
+  std::shared_lock lock(*mutex_);
   std::vector<BlockKey> out;
   for (uint32_t id = leaf_head_; id != kNoNode && out.size() < max; id = arena_->at(id).leaf_next) {
     const Node& node = arena_->at(id);
@@ -406,7 +409,7 @@ std::vector<BlockKey> PrefixIndex::EvictableLeaves(std::size_t max) const {
 }
 
 void PrefixIndex::ForEachBlock(const std::function<void(const BlockInfo&)>& visitor) const {
-  std::shared_lock lock(mutex_);
+  std::shared_lock lock(*mutex_);
   // Order by depth so that every parent comes before its children.
   std::vector<uint32_t> depth(arena_->capacity(), kNoNode);
   std::vector<std::vector<uint32_t>> by_depth;
@@ -429,17 +432,17 @@ void PrefixIndex::ForEachBlock(const std::function<void(const BlockInfo&)>& visi
 }
 
 PrefixIndex::Stats PrefixIndex::GetStats() const {
-  std::shared_lock lock(mutex_);
-  return {used_, leaves_, lookups_.load(), hit_blocks_.load(), collisions_.load(), evictions_};
+  std::shared_lock lock(*mutex_);
+  return {used_, leaves_, lookups_.load(), hit_blocks_.load(), collisions_.load(), evictions_, mutex_->Profile()};
 }
 
 std::size_t PrefixIndex::size() const {
-  std::shared_lock lock(mutex_);
+  std::shared_lock lock(*mutex_);
   return used_;
 }
 
 std::size_t PrefixIndex::MemoryBytes() const {
-  std::shared_lock lock(mutex_);
+  std::shared_lock lock(*mutex_);
   return slots_->bytes() + arena_->MemoryBytes();
 }
 

@@ -202,6 +202,11 @@ void RenderStore(const StoreStats& s, Exposition& e) {
            "Journal compactions that failed (e.g. a full disk); the journal went on as it was.",
            s.journal_compaction_failures);
   RenderMetadataLock(s.metadata_lock, e);
+  e.Single("kvtier_index_lock_hold_seconds_total", "counter",
+           "Time the prefix index's lock was held exclusively (inserts and evictions: serial work).",
+           s.index_lock.exclusive_hold_seconds);
+  e.Single("kvtier_index_lock_acquisitions_total", "counter", "Exclusive acquisitions of the prefix index's lock.",
+           s.index_lock.exclusive_acquisitions);
 }
 
 // "0.3-0.4": bin i of CalibrationReport's ten.

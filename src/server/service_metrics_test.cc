@@ -320,6 +320,7 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
         "kvtier_tier_refused_total", "kvtier_tier_evict_failures_total", "kvtier_tier_promotions_declined_total",
         "kvtier_tier_promotions_used_total", "kvtier_tier_promotions_wasted_total", "kvtier_tier_promotion_rate",
         "kvtier_tier_lock_hold_seconds_total", "kvtier_tier_lock_acquisitions_total",
+        "kvtier_index_lock_hold_seconds_total", "kvtier_index_lock_acquisitions_total",
         "kvtier_lookups_total", "kvtier_lookup_blocks_total", "kvtier_gets_total",
         "kvtier_get_blocks_total", "kvtier_get_misses_total", "kvtier_puts_total", "kvtier_put_blocks_total",
         "kvtier_corrupt_blocks_total", "kvtier_vanished_copies_total", "kvtier_eviction_failures_total",
@@ -343,7 +344,7 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
         "kvtier_worker_spares_started_total", "kvtier_request_bytes_held", "kvtier_reads_paused_total"}) {
     EXPECT_TRUE(e.types.contains(family)) << family;
   }
-  EXPECT_EQ(e.types.size(), 77u) << "a family was added: list it here and in docs/metrics.md";
+  EXPECT_EQ(e.types.size(), 79u) << "a family was added: list it here and in docs/metrics.md";
   EXPECT_EQ(e.Value("kvtier_checksum_mismatches_total", {{"direction", "put"}}), 0);
   EXPECT_EQ(e.Value("kvtier_event_loops", {}), 2);
   EXPECT_EQ(e.Value("kvtier_event_loop_cpu_seconds_total", {}), 1.5);

@@ -275,7 +275,9 @@ StoreStats TieredStore::GetStats() const {
   }
   out.prefetch_window = s.prefetch_window->window();
   out.queued_moves = s.movers ? s.movers->queued() : 0;
-  out.index_blocks = s.index.size();
+  const PrefixIndex::Stats index_stats = s.index.GetStats();
+  out.index_blocks = index_stats.blocks;
+  out.index_lock = index_stats.lock;
   out.expected_blocks = s.expected.size();
   std::lock_guard pending(s.pending_mu_);
   for (const auto& [key, tiers] : s.pending_evictions) out.pending_evictions += static_cast<uint64_t>(std::popcount(tiers));
