@@ -109,9 +109,18 @@ std::vector<TieredStore::Impl::Victim> TieredStore::Impl::PlanVictims(int t, uin
       continue;
     }
     // Between the policy's answer and this shard another thread may have pinned it, moved it
-    // or taken it out of this tier; it told the policy under this shard, so the policy's
-    // next answer is another block.
-    if (!(info->meta.tiers & (1u << t)) || !EvictableLocked(*info, *entry, t)) continue;
+    // or taken it out of this tier, and told the policy under this shard: its next answer is
+    // another block. Telling it again here costs little and makes sure of that, so this
+    // loop cannot ask for the same block forever.
+    if (!(info->meta.tiers & (1u << t))) {
+      auto tier_lock = ts.Lock();
+      ts.policy->Remove(*victim, ts.Tell(Now()));
+      continue;
+    }
+    if (!EvictableLocked(*info, *entry, t)) {
+      RefreshEvictableLocked(*victim);
+      continue;
+    }
     BeginMoveLocked(*victim, *entry);
     Victim v = ChooseActionLocked(*victim, *info, *entry, t);
     if (v.action == Victim::Action::kDemote && t == last_tier()) {
