@@ -45,15 +45,6 @@ class BlockTable {
   // The record of `key`, made (default) when there is none.
   Record& operator[](const BlockKey& key) { return shards_[ShardOf(key)].map[key]; }
   void Erase(const BlockKey& key) { shards_[ShardOf(key)].map.erase(key); }
-  // Every shard read: the store's `mu_` held exclusively (or nothing else running).
-  std::size_t size() const {
-    std::size_t n = 0;
-    for (const Shard& s : shards_) n += s.map.size();
-    return n;
-  }
-  void Reserve(std::size_t blocks) {
-    for (Shard& s : shards_) s.map.reserve(blocks / kShards + 1);
-  }
 
   // Holds the shards of one or two keys, exclusively or shared, taken in ascending order.
   class Guard {

@@ -83,8 +83,7 @@ void TieredStore::Impl::Rebalance(int t, uint64_t need, uint64_t force_bytes) {
 std::vector<TieredStore::Impl::Victim> TieredStore::Impl::PlanVictims(int t, uint64_t need, uint64_t& force_bytes) {
   std::vector<Victim> batch;
   // Shared: each victim is taken under its shard, the policy asked under the tier's lock.
-  std::shared_lock lock(mu_);
-  ApplyDeferredHitsLocked();  // the policy picks with the hits read before
+  SharedSection section(*this);
   TierState& ts = tier_state(t);
   const double target = options.low_watermark * static_cast<double>(ts.capacity);
   uint64_t planned = 0;
@@ -226,8 +225,7 @@ bool TieredStore::Impl::SettleVictims(int t, std::span<const Victim> batch, std:
   std::vector<std::pair<int, BlockKey>> parts_leaving;
   bool progressed = false;
   {
-    std::shared_lock lock(mu_);  // each victim is this mover's: its shard is enough
-    ApplyDeferredHitsLocked();
+    SharedSection section(*this);  // each victim is this mover's: its shard is enough
     for (std::size_t i = 0; i < batch.size(); ++i) {
       BlockGuard guard(blocks, BlockGuard::Mode::kExclusive, batch[i].key);
       if (SettleVictimLocked(t, batch[i], moved[i], leaving, parts_leaving)) progressed = true;
@@ -371,8 +369,7 @@ std::vector<TieredStore::Impl::Promotion> TieredStore::Impl::BeginPromotions(std
   std::vector<Promotion> moves;
   // Shared: each block is taken under its shard (most prefetches find their blocks in the
   // fastest tier already, and take nothing).
-  std::shared_lock lock(mu_);
-  ApplyDeferredHitsLocked();  // the policies see the hits before the moves they lead to
+  SharedSection section(*this);
   for (const BlockKey& key : keys) {
     BlockGuard guard(blocks, BlockGuard::Mode::kExclusive, key);
     const std::optional<BlockInfo> info = index.Find(key);
@@ -436,19 +433,14 @@ void TieredStore::Impl::FinishPromotion(Promotion& move, bool prefetch) {
   const std::span<const std::byte> payload = move.held.empty() ? std::span<const std::byte>(move.payload) : move.held;
   Result<int> placed = move.read.ok() ? Place(move.key, move.meta, move.block, payload, move.from, carried)
                                       : Result<int>(move.read);
-  std::shared_lock lock(mu_);  // the block is this mover's: its shard is enough
-  ApplyDeferredHitsLocked();
+  SharedSection section(*this);  // the block is this mover's: its shard is enough
   BlockGuard guard(blocks, BlockGuard::Mode::kExclusive, move.key);
   Block* entry = blocks.Find(move.key);
   if (entry == nullptr) return;
   EndMoveLocked(move.key, *entry);
   if (placed.ok() && *placed >= 0) {
     AddToTierLocked(move.key, *placed, move.meta, *entry);
-    {
-      TierState& to = tier_state(*placed);
-      auto tier_lock = to.Lock();
-      ++to.stats.promotions;
-    }
+    CountInTier(*placed, &StoreTierStats::promotions);
     // A Get's promotions from a networked tier went through its gate; their outcome settles it.
     if (!prefetch && promotion_gates[static_cast<std::size_t>(move.from)] != nullptr) {
       entry->promoted_to = static_cast<int8_t>(*placed);

@@ -130,8 +130,7 @@ Result<PutResult> TieredStore::Impl::Put(std::span<const BlockPut> chain, const 
     // The common case, every write of the last batch stored, runs shared.
     bool done = false;
     if (failed.ok() && std::ranges::all_of(written, [&](const PutWrite& w) { return Stored(w); })) {
-      std::shared_lock lock(mu_);
-      ApplyDeferredHitsLocked();  // as an exclusive section does first: the policies see the hits before
+      SharedSection shared(*this);
       done = section(nullptr);
     }
     if (!done) {

@@ -175,6 +175,18 @@ struct TieredStore::Impl {
   std::vector<DeferredHit> deferred_hits;      // GUARDED_BY(hits_mu_)
   std::atomic<bool> hits_deferred{false};      // deferred_hits is not empty: lets sections skip hits_mu_
 
+  // `mu_` held shared by a section that changes blocks and tiers under their own locks (a
+  // put's, a promotion's, demotion's), the hits Gets deferred applied first, as ExclusiveLock
+  // does: the policies see them before what the section does. Readers that change nothing
+  // take `mu_` shared directly.
+  class SharedSection {
+   public:
+    explicit SharedSection(Impl& s) : lock_(s.mu_) { s.ApplyDeferredHitsLocked(); }
+
+   private:
+    std::shared_lock<ProfiledRwMutex> lock_;
+  };
+
   // `mu_` held exclusively, the hits Gets deferred applied first (the locking comment above).
   // Meets BasicLockable, so that move_done_ can wait on it; a wait's relock applies nothing.
   class ExclusiveLock {
