@@ -92,6 +92,11 @@ class EvictionPolicy {
   // again whenever one becomes resident. Policies that do not predict ignore it.
   virtual void Expect(const BlockKey& /*key*/, std::optional<uint64_t> /*order*/) {}
 
+  // How much the policy would rather keep its current victim: 0 for an ordinary victim (every
+  // policy's answer but the predictive one's), 1 for a block a queued request will read. A
+  // sharded tier (src/policy/sharded_policy.h) takes its victim from the least reluctant shard.
+  virtual int VictimReluctance() { return 0; }
+
   // Resident blocks, evictable or not.
   virtual std::size_t size() const = 0;
 };
@@ -135,11 +140,19 @@ struct PolicyOptions {
   // each. When more blocks leave within one horizon, the oldest ghosts count as no-reuse.
   double bayes_ghost_fraction = 4.0;  // Default: 4 (a tier turning over 4 times per horizon)
 
+  // Independent shards of the policy, each under its own lock, by key (a power of two, 1 to
+  // 64): threads working on different blocks meet less, and the victim order is the one
+  // policy's only approximately (src/policy/sharded_policy.h; docs/policies.md measures the
+  // hit rates). Default: 1 (one policy over the whole tier, exactly its order). `kvtier serve`
+  // chooses its own default (docs/serve.md, `store.policy_shards`).
+  uint32_t shards = 1;
+
   Status Validate() const;
 };
 
 // A new policy of `kind`. `predictor` is required for kBayes (InvalidArgument without one)
-// and ignored by the others.
+// and ignored by the others. With `options.shards` above 1, a thread-safe ShardedPolicy of
+// that many policies of `kind`.
 Result<std::unique_ptr<EvictionPolicy>> NewEvictionPolicy(PolicyKind kind, const PolicyOptions& options,
                                                           std::shared_ptr<ReusePredictor> predictor = nullptr);
 

@@ -1,9 +1,12 @@
-// What every policy must do, run over every kind (one suite per interface): random
-// operations checked against a reference model, and leaf-first draining of chains.
+// What every policy must do, run over every kind, alone and split into shards
+// (sharded_policy.h; one suite per interface): random operations checked against a reference
+// model, and leaf-first draining of chains.
 #include <algorithm>
 #include <map>
 #include <random>
 #include <set>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -18,7 +21,14 @@ using policy_testing::Block;
 using policy_testing::Key;
 using policy_testing::MakePolicy;
 
-class PolicyConformance : public ::testing::TestWithParam<PolicyKind> {};
+class PolicyConformance : public ::testing::TestWithParam<std::tuple<PolicyKind, uint32_t>> {
+ protected:
+  static PolicyKind Kind() { return std::get<0>(GetParam()); }
+  static PolicyOptions Options(PolicyOptions options = {}) {
+    options.shards = std::get<1>(GetParam());
+    return options;
+  }
+};
 
 // The reference: which keys are resident and which of them are evictable.
 void CheckVictim(EvictionPolicy& policy, const std::map<BlockKey, bool>& model) {
@@ -36,7 +46,7 @@ void CheckVictim(EvictionPolicy& policy, const std::map<BlockKey, bool>& model) 
 }
 
 TEST_P(PolicyConformance, VictimIsAlwaysAResidentEvictableBlock) {
-  auto policy = MakePolicy(GetParam(), {.capacity_blocks = 64});
+  auto policy = MakePolicy(Kind(), Options({.capacity_blocks = 64}));
   std::mt19937_64 rng(42);
   std::map<BlockKey, bool> model;
   std::vector<BlockKey> keys;  // resident keys, for picking one at random
@@ -91,7 +101,7 @@ TEST_P(PolicyConformance, VictimIsAlwaysAResidentEvictableBlock) {
 // tails are leaves. Draining the tier as the store does (evict the victim, make its parent
 // evictable once it has no cached child) must evict every block, never an interior one.
 TEST_P(PolicyConformance, DrainsChainsLeafFirst) {
-  auto policy = MakePolicy(GetParam());
+  auto policy = MakePolicy(Kind(), Options());
   constexpr uint64_t kChains = 20, kLength = 5;
   std::set<BlockKey> resident;
   double now = 0;
@@ -121,10 +131,14 @@ TEST_P(PolicyConformance, DrainsChainsLeafFirst) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKinds, PolicyConformance,
-                         ::testing::Values(PolicyKind::kLru, PolicyKind::kEma, PolicyKind::kS3Fifo, PolicyKind::kArc,
-                                           PolicyKind::kBayes, PolicyKind::kPredictive),
-                         [](const ::testing::TestParamInfo<PolicyKind>& param) {
-                           return std::string(PolicyKindName(param.param));
+                         ::testing::Combine(::testing::Values(PolicyKind::kLru, PolicyKind::kEma, PolicyKind::kS3Fifo,
+                                                              PolicyKind::kArc, PolicyKind::kBayes,
+                                                              PolicyKind::kPredictive),
+                                            ::testing::Values(1u, 8u)),
+                         [](const ::testing::TestParamInfo<std::tuple<PolicyKind, uint32_t>>& param) {
+                           const uint32_t shards = std::get<1>(param.param);
+                           return std::string(PolicyKindName(std::get<0>(param.param))) +
+                                  (shards == 1 ? "" : "_" + std::to_string(shards) + "_shards");
                          });
 
 TEST(PolicyFactory, ParsesKindsAndValidatesOptions) {
@@ -142,6 +156,9 @@ TEST(PolicyFactory, ParsesKindsAndValidatesOptions) {
   EXPECT_FALSE(NewEvictionPolicy(PolicyKind::kS3Fifo, {.s3fifo_move_to_main_threshold = 4}).ok());
   EXPECT_FALSE(NewEvictionPolicy(PolicyKind::kLru, {.tier_bandwidth_bytes_per_s = 0}).ok());
   EXPECT_FALSE(NewEvictionPolicy(PolicyKind::kLru, {.bayes_admit_threshold = 2}).ok());
+  EXPECT_FALSE(NewEvictionPolicy(PolicyKind::kLru, {.shards = 0}).ok());
+  EXPECT_FALSE(NewEvictionPolicy(PolicyKind::kLru, {.shards = 3}).ok());
+  EXPECT_FALSE(NewEvictionPolicy(PolicyKind::kLru, {.shards = 128}).ok());
   EXPECT_TRUE(PolicyOptions{}.Validate().ok());
 }
 

@@ -1,9 +1,11 @@
+#include <bit>
 #include <cmath>
 #include <string>
 
 #include "kvtier/eviction_policy.h"
 #include "kvtier/reuse_predictor.h"
 #include "policy/policies.h"
+#include "policy/sharded_policy.h"
 
 namespace kvtier {
 namespace {
@@ -69,12 +71,20 @@ Status PolicyOptions::Validate() const {
     return Status::InvalidArgument("policy: bayes_ghost_fraction must lie in [0, 16], got " +
                                    std::to_string(bayes_ghost_fraction));
   }
+  if (shards < 1 || shards > ShardedPolicy::kMaxShards || !std::has_single_bit(shards)) {
+    return Status::InvalidArgument("policy: shards must be a power of two from 1 to " +
+                                   std::to_string(ShardedPolicy::kMaxShards) + ", got " + std::to_string(shards));
+  }
   return Status::Ok();
 }
 
 Result<std::unique_ptr<EvictionPolicy>> NewEvictionPolicy(PolicyKind kind, const PolicyOptions& options,
                                                           std::shared_ptr<ReusePredictor> predictor) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
+  if (options.shards > 1) {
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<ShardedPolicy> sharded, ShardedPolicy::Create(kind, options, predictor));
+    return std::unique_ptr<EvictionPolicy>(std::move(sharded));
+  }
   switch (kind) {
     case PolicyKind::kLru: return policy_internal::NewLruPolicy(options);
     case PolicyKind::kEma: return policy_internal::NewEmaPolicy(options);

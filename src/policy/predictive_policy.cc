@@ -37,6 +37,7 @@ struct PredictiveRanking : LruRanking {
   bool Admits(const ResidentBlock& block, const Entry* victim) const {
     return block.expected_order || victim == nullptr || victim->expected_order == kNotExpected;
   }
+  int Reluctance(const Entry& victim) const { return victim.expected_order == kNotExpected ? 0 : 1; }
   bool Before(const Entry& a, const Entry& b) const {
     if (a.expected_order != b.expected_order) return a.expected_order > b.expected_order;
     return LruRanking::Before(a, b);

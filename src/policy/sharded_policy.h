@@ -1,0 +1,104 @@
+// ShardedPolicy: one tier's eviction policy split by key into shards, each a policy of the
+// same kind under its own lock, so that threads admitting, touching and removing blocks of
+// different chains do not queue on one lock (issue 19: on many cores one policy's lock is the
+// store's serial part, docs/serve.md).
+//
+// Keys are hashes (block.h), so each shard holds an even sample of the tier's blocks, and
+// each shard's victims are the oldest (or least valued) of its sample. The tier's victim is
+// taken from the shard that holds the most blocks, so shards stay the same size and the k-th
+// victim of a shard stands where the (shards x k)-th would in one policy over all blocks: the
+// order is the one policy's, approximately. Exceptions, exact:
+//  - a shard whose victim the policy would rather keep (EvictionPolicy::VictimReluctance: the
+//    predictive policy's blocks a queued request will read) gives its victim only when every
+//    other shard's victim is as reluctant, so such blocks still leave after every other block;
+//  - with one shard it is the policy itself, behind one lock (the default: a replay's hit rates
+//    are those of the policy it names; docs/policies.md measures what shards change).
+// ShouldAdmit asks the shard the next victim would come from, about the block that would leave.
+//
+// Time: each shard tells its policy a `now_s` that never goes back (the latest it was told),
+// since two threads may call with times taken in either order.
+//
+// Thread-safety: every method may be called from any thread at any time. A call locks one
+// shard (Victim and ShouldAdmit lock shards one after another, never two at once), so a
+// caller may hold its own locks around it; it calls nothing outside the policies.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/eviction_policy.h"
+#include "kvtier/lock_profile.h"
+#include "util/profiled_rw_mutex.h"
+
+namespace kvtier {
+
+class ShardedPolicy final : public EvictionPolicy {
+ public:
+  static constexpr uint32_t kMaxShards = 64;
+
+  // `options.shards` policies of `kind` (a power of two, 1 to kMaxShards), each with an even
+  // share of `options.capacity_blocks`. `predictor` as NewEvictionPolicy takes it.
+  static Result<std::unique_ptr<ShardedPolicy>> Create(PolicyKind kind, const PolicyOptions& options,
+                                                       std::shared_ptr<ReusePredictor> predictor);
+
+  std::string_view name() const override;
+  void Admit(const ResidentBlock& block, double now_s) override { AdmitAs(block, now_s, /*evictable=*/true); }
+  // Admit, then SetEvictable(key, false) unless `evictable`, under one hold: no victim pick
+  // sees the block evictable in between.
+  void AdmitAs(const ResidentBlock& block, double now_s, bool evictable);
+  void Touch(const BlockKey& key, TransitionType transition, double now_s) override;
+  struct Hit {
+    BlockKey key;
+    TransitionType transition = TransitionType::kSameToolRepeat;
+    double at = 0;
+  };
+  // Touches every hit, in order within each shard, with one hold of each shard they fall in.
+  void TouchAll(std::span<const Hit> hits);
+  void Remove(const BlockKey& key, double now_s) override;
+  void SetEvictable(const BlockKey& key, bool evictable) override;
+  std::optional<BlockKey> Victim() override;
+  bool ShouldAdmit(const ResidentBlock& block, double now_s) override;
+  void Expect(const BlockKey& key, std::optional<uint64_t> order) override;
+  int VictimReluctance() override;
+  std::size_t size() const override;
+
+  uint32_t shards() const { return static_cast<uint32_t>(shards_.size()); }
+  // The shards' locks: counts and times summed over the shards.
+  LockProfile Profile() const;
+  // The longest any one shard's lock was held, all told: the serial part of the tier (each
+  // shard's hold is serial only with itself).
+  double BusiestShardHoldSeconds() const;
+
+ private:
+  struct Shard {
+    mutable ProfiledRwMutex lock;
+    std::unique_ptr<EvictionPolicy> policy;  // guarded by `lock`
+    double clock = 0;                        // guarded by `lock`: the latest `now_s` told
+    std::atomic<std::size_t> resident{0};    // policy->size(), written under `lock`
+
+    double Tell(double now_s) { return clock = std::max(clock, now_s); }
+  };
+
+  explicit ShardedPolicy(std::vector<std::unique_ptr<EvictionPolicy>> policies);
+  Shard& ShardOf(const BlockKey& key) { return *shards_[IndexOf(key)]; }
+  // A mix of both halves, unlike the policies' own tables (flat_key_map.h), so that the keys
+  // of one shard still spread over a table's slots, and structured keys (tests) over shards.
+  std::size_t IndexOf(const BlockKey& key) const {
+    const uint64_t mixed = (key.hi ^ (key.lo * 0xff51afd7ed558ccdull)) * 0xc4ceb9fe1a85ec53ull;
+    return shards_.size() == 1 ? 0 : static_cast<std::size_t>(mixed >> shift_);
+  }
+  // The shard to take the next victim from, and that victim; nullopt when no shard has one.
+  std::optional<std::pair<Shard*, BlockKey>> PickVictim();
+
+  std::vector<std::unique_ptr<Shard>> shards_;
+  int shift_ = 64;  // 64 - log2(shards)
+};
+
+}  // namespace kvtier
