@@ -57,6 +57,13 @@ struct ReplayOptions {
   // token, so values are proportional to tokens.
   double recompute_seconds_per_token = 1e-4;  // Default: 1e-4 s
   double predictor_horizon_s = 0;             // Default: 0 = the predictor's default
+  // Each policy split by block key into this many shards (PolicyOptions::shards: a power of
+  // two, 1 to 64), as a sharded tier runs it: its victim order is the one policy's only
+  // approximately (docs/policies.md, "Sharded policies"). Applies to every tier of the run;
+  // the "opt" and "ceiling" bounds are unaffected. Above 1 the run goes through TieredStore,
+  // not its model (which names blocks by ids of its own: other shards). Default: 1 = one
+  // policy, exact.
+  uint32_t policy_shards = 1;
   // Several tiers (their capacities replace capacity_blocks): in metadata mode they are
   // capacities of their kinds; with `move_bytes` real bytes go through them (NVMe files are
   // formatted afresh and parallel-FS directories emptied for each policy).

@@ -54,6 +54,7 @@ struct ReplayCommandOptions {
   bool tier_ladder = false;  // the full system on 1, 2, ... of its tiers
   std::string dump_accesses;  // write the access sequence here (libCacheSim's oracleGeneral)
   bool through_store = false;  // ReplayOptions::through_store
+  uint32_t policy_shards = 1;  // ReplayOptions::policy_shards
 };
 
 Result<std::vector<PolicyKind>> ParsePolicies(const std::string& list) {
@@ -373,6 +374,7 @@ int Run(const ReplayCommandOptions& o) {
   options.capacity_fraction = o.capacity_fraction;
   options.cache_output = !o.no_output;
   options.through_store = o.through_store;
+  options.policy_shards = o.policy_shards;
   const nlohmann::json about = {{"trace", o.trace},
                                 {"format", o.format},
                                 {"tokenizer", trace->metadata.tokenizer},
@@ -384,7 +386,8 @@ int Run(const ReplayCommandOptions& o) {
                                 {"tiers", o.tier_config.empty() ? "one tier of --capacity-blocks/--capacity-frac" : o.tier_config},
                                 {"mode", o.move_bytes ? "data" : "metadata"},
                                 {"cache_output", options.cache_output},
-                                {"through_store", options.through_store}};
+                                {"through_store", options.through_store},
+                                {"policy_shards", options.policy_shards}};
   if (o.ablation || o.tier_ladder) return RunAblationCommand(o, *requests, options, *model, about);
   if (!o.analyze.empty() && o.analyze != "gap") {
     return fail(Status::InvalidArgument("--analyze: unknown analysis '" + o.analyze + "' (known: gap)"));
@@ -465,6 +468,10 @@ void AddReplayCommand(CLI::App& app, int& exit_code) {
                   "Also write the block-access sequence here, in libCacheSim's oracleGeneral format (replay.h)");
   cmd->add_flag("--through-store", o->through_store,
                 "Run the default setting through TieredStore, not its faster model (same hits; to check or time it)");
+  cmd->add_option("--policy-shards", o->policy_shards,
+                  "Split each policy by key into this many shards (a power of two, 1-64), as a sharded tier runs it "
+                  "(docs/policies.md); 1: one policy, exact")
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print JSON");
   cmd->callback([o, &exit_code] { exit_code = Run(*o); });
 }

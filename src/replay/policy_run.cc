@@ -69,6 +69,9 @@ Result<std::unique_ptr<PolicyRun>> PolicyRun::Open(const std::vector<ReplayReque
 
 bool PolicyRun::ModelFits(const ReplayIds& ids, const StoreTweaks& tweaks) const {
   if (options_.through_store || options_.tiers || options_.move_bytes || tweaks.head_layout) return false;
+  // The model names blocks to the policy by dense ids (PrefixCacheModel::PolicyKey), which a
+  // sharded policy would split into other shards than the blocks' keys: other victims.
+  if (options_.policy_shards > 1) return false;
   // The store refuses a Put of a block of 0 bytes as an error, which the model does not copy.
   return std::ranges::none_of(ids.blocks, [&](const ReplayBlock* b) { return BytesOf(*b) == 0; });
 }
@@ -105,6 +108,7 @@ Status PolicyRun::OpenStore(uint64_t capacity_blocks, uint64_t block_bytes, cons
   so.synchronous_moves = true;
   so.clock = [this] { return now_; };
   so.recompute_seconds_per_token = options_.recompute_seconds_per_token;
+  so.policy_options.shards = options_.policy_shards;
   if (options_.predictor_horizon_s > 0) so.predictor.horizon_s = options_.predictor_horizon_s;
   KVTIER_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Tier>> tiers, OpenRunTiers(options_, capacity_blocks, block_bytes, so));
   for (const auto& t : tiers) costs_.push_back(DefaultTierCost(t->kind()));

@@ -76,6 +76,8 @@ Status ReplayOptions::Validate() const {
   }
   if (kv_bytes_per_token == 0) return Status::InvalidArgument("replay: kv_bytes_per_token must be > 0");
   if (!(recompute_seconds_per_token >= 0)) return Status::InvalidArgument("replay: recompute_seconds_per_token must be >= 0");
+  // The policies' own check, so that the two cannot disagree on what a shard count may be.
+  KVTIER_RETURN_IF_ERROR(PolicyOptions{.shards = policy_shards}.Validate().WithContext("replay: policy_shards"));
   if (engine) {
     if (!cost_model) return Status::InvalidArgument("replay: the engine model needs a cost model (the GPU's prefill speed)");
     KVTIER_RETURN_IF_ERROR(engine->Validate());

@@ -58,7 +58,8 @@ TEST(Replay, GeneratedBlocksAreCachedForTheNextTurn) {
   EXPECT_EQ(Find(*without, "lru").hit_blocks, 1u);
 }
 
-TEST(Replay, EveryPolicyStaysUnderTheCeiling) {
+// 400 requests of 23 sessions, each a shared two-block system prompt and 1-5 blocks of its own.
+std::vector<ReplayRequest> SharedPromptTrace() {
   std::vector<ReplayRequest> trace;
   for (uint64_t i = 0; i < 400; ++i) {
     const uint64_t session = (i * 7919) % 23;
@@ -66,6 +67,11 @@ TEST(Replay, EveryPolicyStaysUnderTheCeiling) {
     for (uint64_t k = 0; k < 1 + i % 5; ++k) prompt.push_back(B(1000 * (session + 1) + k));
     trace.push_back(R(static_cast<double>(i), prompt));
   }
+  return trace;
+}
+
+TEST(Replay, EveryPolicyStaysUnderTheCeiling) {
+  const std::vector<ReplayRequest> trace = SharedPromptTrace();
   ReplayOptions options;
   options.capacity_blocks = 20;
   Result<ReplayReport> report = Replay(trace, options);
@@ -88,6 +94,60 @@ TEST(Replay, RejectsBadOptions) {
   options = {};
   options.capacity_fraction = 0;
   EXPECT_EQ(Replay({}, options).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Issue 19: each policy split into shards (PolicyOptions::shards) runs in a replay; one shard
+// is the policy itself, exactly; the bounds do not depend on it.
+TEST(Replay, PolicyShardsSplitEveryPolicyAndOneShardIsThePolicyItself) {
+  const std::vector<ReplayRequest> trace = SharedPromptTrace();
+  ReplayOptions options;
+  options.capacity_blocks = 20;
+  Result<ReplayReport> plain = Replay(trace, options);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  options.policy_shards = 1;
+  Result<ReplayReport> one = Replay(trace, options);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  options.policy_shards = 8;
+  Result<ReplayReport> eight = Replay(trace, options);
+  ASSERT_TRUE(eight.ok()) << eight.status().ToString();
+  ASSERT_EQ(one->results.size(), plain->results.size());
+  ASSERT_EQ(eight->results.size(), plain->results.size());
+  bool any_differs = false;
+  for (std::size_t i = 0; i < plain->results.size(); ++i) {
+    const ReplayPolicyResult &p = plain->results[i], &o = one->results[i], &e = eight->results[i];
+    SCOPED_TRACE(p.policy);
+    EXPECT_EQ(o.policy, p.policy);
+    EXPECT_EQ(o.hit_blocks, p.hit_blocks);
+    EXPECT_EQ(o.hit_tokens, p.hit_tokens);
+    EXPECT_EQ(o.block_hit_rate, p.block_hit_rate);
+    EXPECT_EQ(o.token_hit_rate, p.token_hit_rate);
+    EXPECT_EQ(e.policy, p.policy);
+    EXPECT_EQ(e.accesses, p.accesses);
+    if (p.policy == "opt" || p.policy == "ceiling") {
+      EXPECT_EQ(e.hit_blocks, p.hit_blocks) << "the bounds have no policy to shard";
+      continue;
+    }
+    EXPECT_LE(e.block_hit_rate, Find(*eight, "opt").block_hit_rate + 1e-12);
+    EXPECT_GT(e.block_hit_rate, 0.3) << "the shared prompt alone is 2 of every 3-7 blocks";
+    any_differs = any_differs || e.hit_blocks != p.hit_blocks;
+  }
+  // 8 shards of 20 blocks evict in another order than one policy: the option reached them.
+  EXPECT_TRUE(any_differs) << "8 shards gave every policy exactly its unsharded hits";
+}
+
+TEST(Replay, RejectsAShardCountThePoliciesRefuse) {
+  const std::vector<ReplayRequest> trace = {R(0, {B(1)})};
+  ReplayOptions options;
+  for (const uint32_t shards : {0u, 3u, 12u, 128u}) {
+    SCOPED_TRACE(shards);
+    options.policy_shards = shards;
+    const Status status = Replay(trace, options).status();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find("policy_shards"), std::string::npos) << status.ToString();
+    EXPECT_NE(status.message().find("power of two"), std::string::npos) << status.ToString();
+  }
+  options.policy_shards = 64;
+  EXPECT_TRUE(Replay(trace, options).ok());
 }
 
 PrefillCostModel Llama8bOnH100() {
