@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -378,7 +379,11 @@ Result<PhaseResult> RunBaseline(const ServeBenchmarkOptions& o, int clients, boo
   KVTIER_ASSIGN_OR_RETURN(
       ServeConfig config,
       ParseServeConfig(ServeDaemonConfigYaml(
-                           {.dir = dir.path(), .persist = o.persist, .dram_prefault = prefault, .dram_mib = o.dram_mib}),
+                           {.dir = dir.path(),
+                            .persist = o.persist,
+                            .dram_prefault = prefault,
+                            .dram_mib = o.dram_mib,
+                            .policy_shards = o.policy_shards}),
                        "bench serve"));
   config.metrics_port = -1;
   config.server.tcp = false;
@@ -419,6 +424,7 @@ Result<ServiceResult> RunService(const ServeBenchmarkOptions& o, int clients, bo
     KVTIER_ASSIGN_OR_RETURN(daemon, ServeDaemon::Start({.persist = o.persist,
                                                         .dram_prefault = prefault,
                                                         .dram_mib = o.dram_mib,
+                                                        .policy_shards = o.policy_shards,
                                                         .max_connections = static_cast<uint32_t>(clients) + 16,
                                                         .workers = o.workers,
                                                         .max_workers = o.max_workers}));
@@ -537,6 +543,9 @@ Status ServeBenchmarkOptions::Validate() const {
     return Status::InvalidArgument("--lookup-chains x --lookup-chain-blocks x 4 KiB must fit in 512 MiB (half the daemon's DRAM)");
   }
   if (dram_mib < 64 || dram_mib > (uint64_t{1} << 20)) return Status::InvalidArgument("--dram-mib must be 64 to 1,048,576");
+  if (policy_shards > 64 || (policy_shards > 0 && !std::has_single_bit(policy_shards))) {
+    return Status::InvalidArgument("--policy-shards must be 0 (the daemon's default) or a power of two to 64");
+  }
   if (load_threads < 1 || load_threads > 64) return Status::InvalidArgument("--load-threads must be 1 to 64");
   if (loops_per_core > 16) return Status::InvalidArgument("--loops-per-core must be 0 to 16");
   if (workers > 1024) return Status::InvalidArgument("--workers must be 0 to 1,024");
@@ -626,6 +635,7 @@ Result<std::string> RunServeBenchmark(const ServeBenchmarkOptions& options) {
         {"persist", options.persist},
         {"dram_prefault", options.dram_prefault},
         {"dram_mib", options.dram_mib},
+        {"policy_shards", options.policy_shards > 0 ? options.policy_shards : kServePolicyShards},
         {"seed", options.seed}}}};
   return out.dump(2) + "\n";
 }

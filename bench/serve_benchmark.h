@@ -63,6 +63,8 @@ struct ServeBenchmarkOptions {
   // The put+get phases' DRAM tier, in MiB: large enough to hold a put-only phase's blocks
   // measures puts into DRAM alone, not demotion to disk.
   uint64_t dram_mib = 1024;                    // Default: 1 GiB
+  // The shards of each tier's policy in the daemons and the baseline (store.policy_shards).
+  uint32_t policy_shards = 0;                  // Default: 0 = the daemon's default (kServePolicyShards)
   bool lookups = true;                         // Default: run the lookup phases (--no-lookups skips them)
   uint64_t seed = 1;                           // Default: 1
   bool json_flag = false;                      // --json; the output is always JSON

@@ -92,6 +92,7 @@ std::string ServeDaemonConfigYaml(const ServeDaemonOptions& o) {
     << "    prefault: " << (o.dram_prefault ? "true" : "false") << "\n"
     << "  - kind: nvme\n    name: disk\n    files: [" << o.dir << "/disk/slab.0]\n    capacity: 4GiB\n"
     << "store:\n  persistence: " << (o.persist ? "write_through" : "none") << "\n"
+    << (o.policy_shards > 0 ? "  policy_shards: " + std::to_string(o.policy_shards) + "\n" : "")
     << "listen:\n  unix_socket: " << o.dir << "/kvtier.sock\n  tcp: true\n  tcp_host: 127.0.0.1\n  tcp_port: 0\n"
     << "  metrics_host: 127.0.0.1\n  metrics_port: 0\n"
     << "limits:\n  max_connections: " << o.max_connections << "\n  io_timeout_ms: 10000\n"

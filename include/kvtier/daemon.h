@@ -27,6 +27,14 @@ namespace kvtier {
 
 enum class PersistChoice { kNone, kWriteThrough, kOnShutdown };
 
+// The shards of each tier's eviction policy in `kvtier serve` when `store.policy_shards` is not
+// set (PolicyOptions::shards): each has its own lock, so that the daemon's threads working on
+// different chains rarely meet, and the victims are the ones a single policy would pick
+// (ShardsKeepOrder; docs/policies.md, "Sharded policies"). S3-FIFO and ARC, whose order
+// sharding would change, keep one policy unless the setting asks otherwise. A library store
+// keeps one policy unless told otherwise.
+inline constexpr uint32_t kServePolicyShards = 8;
+
 struct ServeConfig {
   TierConfig tiers;
   StoreOptions store;  // everything but persistence, which the fields below set

@@ -56,6 +56,16 @@ struct ResidentBlock {
   std::optional<uint64_t> expected_order;
 };
 
+// A victim's place in its policy's order, comparable across policies of one kind and options:
+// the lower leaves first, field by field. Ties are the shards' own business (the policy's
+// access sequence is its own).
+struct VictimStanding {
+  int reluctance = 0;       // 1: a block a queued request will read (the predictive policy)
+  double rank = 0;          // the policy's order: last access (LRU), ln decayed count (EMA), ...
+  double last_access = 0;   // then the least recently used first
+  friend auto operator<=>(const VictimStanding&, const VictimStanding&) = default;
+};
+
 class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
@@ -92,10 +102,12 @@ class EvictionPolicy {
   // again whenever one becomes resident. Policies that do not predict ignore it.
   virtual void Expect(const BlockKey& /*key*/, std::optional<uint64_t> /*order*/) {}
 
-  // How much the policy would rather keep its current victim: 0 for an ordinary victim (every
-  // policy's answer but the predictive one's), 1 for a block a queued request will read. A
-  // sharded tier (src/policy/sharded_policy.h) takes its victim from the least reluctant shard.
-  virtual int VictimReluctance() { return 0; }
+  // Where the current victim (Victim()'s block) stands against the victims of other policies
+  // of the same kind and options: a sharded tier (src/policy/sharded_policy.h) takes the
+  // lowest of its shards' victims, which is the one policy's victim over all their blocks.
+  // nullopt without a victim, or for a policy whose order is its queues' and has no such
+  // measure (S3-FIFO, ARC).
+  virtual std::optional<VictimStanding> StandingOfVictim() { return std::nullopt; }
 
   // Resident blocks, evictable or not.
   virtual std::size_t size() const = 0;
@@ -104,6 +116,9 @@ class EvictionPolicy {
 // In configs and on the command line: "lru", "ema", "s3fifo", "arc", "bayes", "predictive".
 enum class PolicyKind : uint8_t { kLru = 0, kEma = 1, kS3Fifo = 2, kArc = 3, kBayes = 4, kPredictive = 5 };
 std::string_view PolicyKindName(PolicyKind kind);
+// Whether a policy of `kind` split into shards gives the victims one policy would
+// (StandingOfVictim): all but S3-FIFO and ARC, whose order is their queues'.
+bool ShardsKeepOrder(PolicyKind kind);
 Result<PolicyKind> ParsePolicyKind(std::string_view name);
 
 struct PolicyOptions {

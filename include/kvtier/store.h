@@ -203,9 +203,11 @@ struct StoreTierStats {
   // Evictions the tier itself failed to complete (an NVMe slot header it could not zero):
   // the block is gone from the index, its bytes maybe not (TierStats::evict_failures).
   uint64_t evict_failures = 0;
-  // The lock that guards this tier's policy and accounting while puts of different chains run
-  // side by side (the store's `mu_` held shared): its hold time is a serial part of every
-  // operation on the tier, which the 64-core projection counts (docs/serve.md).
+  // The locks of this tier's policy, one per shard (PolicyOptions::shards), and their sum:
+  // what threads working on different blocks still meet on. A shard's hold time is serial
+  // with itself only: the busiest shard's is the tier's serial part, which the 64-core
+  // projection counts (docs/serve.md).
+  std::vector<LockProfile> shard_locks;
   LockProfile lock;
 };
 

@@ -129,6 +129,9 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   serve->add_option("--dram-mib", serve_options->dram_mib, "Put+get phases: the DRAM tier's capacity in MiB")
       ->capture_default_str();
+  serve->add_option("--policy-shards", serve_options->policy_shards,
+                    "Shards of each tier's eviction policy in the daemon and the baseline (0: the daemon's default)")
+      ->capture_default_str();
   serve->add_flag("!--no-lookups", serve_options->lookups, "Skip the lookup phases (put+get phases only)");
   serve->add_option("--seed", serve_options->seed, "Workload seed")->capture_default_str();
   serve->add_flag("--json", serve_options->json_flag, "Print JSON (the only format)");

@@ -148,21 +148,17 @@ class BayesPolicy final : public EvictionPolicy {
   }
 
   std::optional<BlockKey> Victim() override {
-    if (!heaps_[kExpiredBucket].empty()) return table_[heaps_[kExpiredBucket].top()].key;
-    uint32_t best = kNoId;
-    double best_score = 0;  // ln(score) + now / tau
-    for (std::size_t pair = 0; pair < kExpiredBucket; ++pair) {
-      if (heaps_[pair].empty()) continue;
-      const uint32_t id = heaps_[pair].top();
-      const BayesEntry& entry = table_[id];
-      const double score = LogPReuse(pair, entry.type, entry.transition) + entry.rank;
-      if (best == kNoId || score < best_score || (score == best_score && Older(entry, table_[best]))) {
-        best = id;
-        best_score = score;
-      }
-    }
-    if (best == kNoId) return std::nullopt;
-    return table_[best].key;
+    const std::optional<Scored> victim = LowestScored();
+    if (!victim) return std::nullopt;
+    return table_[victim->id].key;
+  }
+
+  // Expired blocks first (a score of 0), then by ln(score) + now / tau: the shards of a tier
+  // compare these at the same now, so the term drops out.
+  std::optional<VictimStanding> StandingOfVictim() override {
+    const std::optional<Scored> victim = LowestScored();
+    if (!victim) return std::nullopt;
+    return VictimStanding{.rank = victim->log_score, .last_access = table_[victim->id].last_access};
   }
 
   bool ShouldAdmit(const ResidentBlock& block, double /*now_s*/) override {
@@ -172,6 +168,27 @@ class BayesPolicy final : public EvictionPolicy {
   std::size_t size() const override { return table_.size(); }
 
  private:
+  struct Scored {
+    uint32_t id = kNoId;
+    double log_score = 0;  // ln(score) + now / tau; -inf when expired
+  };
+  std::optional<Scored> LowestScored() {
+    if (!heaps_[kExpiredBucket].empty()) {
+      return Scored{.id = heaps_[kExpiredBucket].top(), .log_score = -std::numeric_limits<double>::infinity()};
+    }
+    std::optional<Scored> best;
+    for (std::size_t pair = 0; pair < kExpiredBucket; ++pair) {
+      if (heaps_[pair].empty()) continue;
+      const uint32_t id = heaps_[pair].top();
+      const BayesEntry& entry = table_[id];
+      const double score = LogPReuse(pair, entry.type, entry.transition) + entry.rank;
+      if (!best || score < best->log_score || (score == best->log_score && Older(entry, table_[best->id]))) {
+        best = Scored{.id = id, .log_score = score};
+      }
+    }
+    return best;
+  }
+
   static bool Older(const BayesEntry& x, const BayesEntry& y) {
     if (x.last_access != y.last_access) return x.last_access < y.last_access;
     return x.sequence > y.sequence;  // same instant: the later-touched (a request's tail) first

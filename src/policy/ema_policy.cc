@@ -38,6 +38,7 @@ struct EmaRanking {
     entry.rank = std::log(entry.score) + now_s / tau_s;
     entry.sequence = sequence;
   }
+  VictimStanding Standing(const Entry& entry) const { return {.rank = entry.rank, .last_access = entry.last_access}; }
   bool Before(const Entry& a, const Entry& b) const {
     if (a.rank != b.rank) return a.rank < b.rank;
     return a.sequence > b.sequence;

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "kvtier/block.h"
+#include "kvtier/eviction_policy.h"
 #include "policy/indexed_heap.h"
 
 namespace kvtier::policy_internal {
@@ -30,6 +31,7 @@ struct LruRanking {
     entry.last_access = now_s;
     entry.sequence = sequence;
   }
+  VictimStanding Standing(const Entry& entry) const { return {.rank = entry.last_access, .last_access = entry.last_access}; }
   bool Before(const Entry& a, const Entry& b) const {
     if (a.last_access != b.last_access) return a.last_access < b.last_access;
     return a.sequence > b.sequence;

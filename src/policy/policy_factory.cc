@@ -26,6 +26,8 @@ std::string_view PolicyKindName(PolicyKind kind) {
   return "unknown";
 }
 
+bool ShardsKeepOrder(PolicyKind kind) { return kind != PolicyKind::kS3Fifo && kind != PolicyKind::kArc; }
+
 Result<PolicyKind> ParsePolicyKind(std::string_view name) {
   for (PolicyKind kind :
        {PolicyKind::kLru, PolicyKind::kEma, PolicyKind::kS3Fifo, PolicyKind::kArc, PolicyKind::kBayes,

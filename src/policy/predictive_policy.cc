@@ -37,7 +37,11 @@ struct PredictiveRanking : LruRanking {
   bool Admits(const ResidentBlock& block, const Entry* victim) const {
     return block.expected_order || victim == nullptr || victim->expected_order == kNotExpected;
   }
-  int Reluctance(const Entry& victim) const { return victim.expected_order == kNotExpected ? 0 : 1; }
+  // Expected blocks after all others, the latest needed first; the rest as LRU.
+  VictimStanding Standing(const Entry& entry) const {
+    if (entry.expected_order == kNotExpected) return LruRanking::Standing(entry);
+    return {.reluctance = 1, .rank = -static_cast<double>(entry.expected_order), .last_access = entry.last_access};
+  }
   bool Before(const Entry& a, const Entry& b) const {
     if (a.expected_order != b.expected_order) return a.expected_order > b.expected_order;
     return LruRanking::Before(a, b);

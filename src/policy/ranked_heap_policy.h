@@ -11,7 +11,7 @@
 // and, when the order depends on expected reads (EvictionPolicy::Expect):
 //   void Expect(Entry&, std::optional<uint64_t> order) const;
 //   bool Admits(const ResidentBlock&, const Entry* victim) const;  // into a full tier, given who would leave
-//   int Reluctance(const Entry& victim) const;  // EvictionPolicy::VictimReluctance
+//   VictimStanding Standing(const Entry&) const;  // EvictionPolicy::StandingOfVictim: Before's order
 //
 // Thread-safety: none (eviction_policy.h: the store serializes a tier's calls).
 #pragma once
@@ -91,11 +91,9 @@ class RankedHeapPolicy final : public EvictionPolicy {
     return table_[heap_.top()].key;
   }
 
-  int VictimReluctance() override {
-    if constexpr (requires(const Entry& e) { ranking_.Reluctance(e); }) {
-      if (!heap_.empty()) return ranking_.Reluctance(table_[heap_.top()]);
-    }
-    return 0;
+  std::optional<VictimStanding> StandingOfVictim() override {
+    if (heap_.empty()) return std::nullopt;
+    return ranking_.Standing(table_[heap_.top()]);
   }
 
   std::size_t size() const override { return table_.size(); }

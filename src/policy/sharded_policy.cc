@@ -1,5 +1,7 @@
 #include "policy/sharded_policy.h"
 
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <mutex>
 #include <utility>
@@ -94,27 +96,23 @@ std::optional<std::pair<ShardedPolicy::Shard*, BlockKey>> ShardedPolicy::PickVic
     if (!victim) return std::nullopt;
     return std::pair{&shard, *victim};
   }
-  // The fullest shard first; past it only when its victim is missing or reluctant. Sizes are
-  // read without the locks (a snapshot may be stale by a block; the next pick corrects it).
-  uint64_t unasked = shards_.size() == 64 ? ~uint64_t{0} : (uint64_t{1} << shards_.size()) - 1;
+  // Fullest first (sizes read without the locks: a snapshot may be stale by a block). A policy
+  // whose victims have a standing is asked in every shard and gives the lowest (the fuller
+  // shard's on a tie); one without gives the fullest shard's victim.
+  std::array<std::pair<std::size_t, std::size_t>, kMaxShards> order;  // (resident, shard)
+  for (std::size_t i = 0; i < shards_.size(); ++i) order[i] = {shards_[i]->resident.load(std::memory_order_relaxed), i};
+  std::stable_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(shards_.size()),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
   std::optional<std::pair<Shard*, BlockKey>> best;
-  int best_reluctance = 0;
-  while (unasked != 0) {
-    std::size_t fullest = 0, most = 0;
-    bool found = false;
-    for (uint64_t left = unasked; left != 0; left &= left - 1) {
-      const std::size_t i = static_cast<std::size_t>(std::countr_zero(left));
-      const std::size_t resident = shards_[i]->resident.load(std::memory_order_relaxed);
-      if (!found || resident > most) fullest = i, most = resident, found = true;
-    }
-    unasked &= ~(uint64_t{1} << fullest);
-    Shard& shard = *shards_[fullest];
+  VictimStanding best_standing;
+  for (std::size_t k = 0; k < shards_.size(); ++k) {
+    Shard& shard = *shards_[order[k].second];
     std::lock_guard lock(shard.lock);
     const std::optional<BlockKey> victim = shard.policy->Victim();
     if (!victim) continue;
-    const int reluctance = shard.policy->VictimReluctance();
-    if (reluctance == 0) return std::pair{&shard, *victim};
-    if (!best || reluctance < best_reluctance) best = std::pair{&shard, *victim}, best_reluctance = reluctance;
+    const std::optional<VictimStanding> standing = shard.policy->StandingOfVictim();
+    if (!standing) return std::pair{&shard, *victim};
+    if (!best || *standing < best_standing) best = std::pair{&shard, *victim}, best_standing = *standing;
   }
   return best;
 }
@@ -134,11 +132,11 @@ bool ShardedPolicy::ShouldAdmit(const ResidentBlock& block, double now_s) {
   return shard.policy->ShouldAdmit(block, shard.Tell(now_s));
 }
 
-int ShardedPolicy::VictimReluctance() {
+std::optional<VictimStanding> ShardedPolicy::StandingOfVictim() {
   const auto picked = PickVictim();
-  if (!picked) return 0;
+  if (!picked) return std::nullopt;
   std::lock_guard lock(picked->first->lock);
-  return picked->first->policy->VictimReluctance();
+  return picked->first->policy->StandingOfVictim();
 }
 
 std::size_t ShardedPolicy::size() const {
@@ -147,10 +145,15 @@ std::size_t ShardedPolicy::size() const {
   return total;
 }
 
+std::vector<LockProfile> ShardedPolicy::ShardProfiles() const {
+  std::vector<LockProfile> profiles;
+  for (const auto& shard : shards_) profiles.push_back(shard->lock.Profile());
+  return profiles;
+}
+
 LockProfile ShardedPolicy::Profile() const {
   LockProfile sum;
-  for (const auto& shard : shards_) {
-    const LockProfile p = shard->lock.Profile();
+  for (const LockProfile& p : ShardProfiles()) {
     sum.exclusive_acquisitions += p.exclusive_acquisitions;
     sum.exclusive_waits += p.exclusive_waits;
     sum.exclusive_wait_seconds += p.exclusive_wait_seconds;
@@ -159,12 +162,6 @@ LockProfile ShardedPolicy::Profile() const {
     sum.shared_wait_seconds += p.shared_wait_seconds;
   }
   return sum;
-}
-
-double ShardedPolicy::BusiestShardHoldSeconds() const {
-  double busiest = 0;
-  for (const auto& shard : shards_) busiest = std::max(busiest, shard->lock.Profile().exclusive_hold_seconds);
-  return busiest;
 }
 
 }  // namespace kvtier

@@ -3,16 +3,17 @@
 // different chains do not queue on one lock (issue 19: on many cores one policy's lock is the
 // store's serial part, docs/serve.md).
 //
-// Keys are hashes (block.h), so each shard holds an even sample of the tier's blocks, and
-// each shard's victims are the oldest (or least valued) of its sample. The tier's victim is
-// taken from the shard that holds the most blocks, so shards stay the same size and the k-th
-// victim of a shard stands where the (shards x k)-th would in one policy over all blocks: the
-// order is the one policy's, approximately. Exceptions, exact:
-//  - a shard whose victim the policy would rather keep (EvictionPolicy::VictimReluctance: the
-//    predictive policy's blocks a queued request will read) gives its victim only when every
-//    other shard's victim is as reluctant, so such blocks still leave after every other block;
-//  - with one shard it is the policy itself, behind one lock (the default: a replay's hit rates
-//    are those of the policy it names; docs/policies.md measures what shards change).
+// Keys are hashes (block.h), so each shard holds an even sample of the tier's blocks. The
+// tier's victim is the lowest of the shards' victims by their standing
+// (EvictionPolicy::StandingOfVictim: last access for LRU, the expected saving for Bayes, the
+// decayed count for EMA, expected reads last for the predictive policy), which is the victim
+// one policy over all the blocks would pick, up to ties in the standing (broken toward the
+// fuller shard, where one policy breaks them by its access sequence). It costs a hold of every
+// shard per victim, one at a time. S3-FIFO and ARC order by their queues and have no such
+// standing: their victim comes from the fullest shard, so their order is only approximately
+// the one policy's (docs/policies.md, "Sharded policies", measures the hit rates). With one
+// shard it is the policy itself behind one lock (the default: a replay's hit rates are those
+// of the policy it names).
 // ShouldAdmit asks the shard the next victim would come from, about the block that would leave.
 //
 // Time: each shard tells its policy a `now_s` that never goes back (the latest it was told),
@@ -66,15 +67,15 @@ class ShardedPolicy final : public EvictionPolicy {
   std::optional<BlockKey> Victim() override;
   bool ShouldAdmit(const ResidentBlock& block, double now_s) override;
   void Expect(const BlockKey& key, std::optional<uint64_t> order) override;
-  int VictimReluctance() override;
+  std::optional<VictimStanding> StandingOfVictim() override;
   std::size_t size() const override;
 
   uint32_t shards() const { return static_cast<uint32_t>(shards_.size()); }
-  // The shards' locks: counts and times summed over the shards.
+  // Each shard's lock, in shard order: a shard's hold time is serial only with itself, so
+  // the busiest shard's is the policy's serial part.
+  std::vector<LockProfile> ShardProfiles() const;
+  // Counts and times summed over the shards.
   LockProfile Profile() const;
-  // The longest any one shard's lock was held, all told: the serial part of the tier (each
-  // shard's hold is serial only with itself).
-  double BusiestShardHoldSeconds() const;
 
  private:
   struct Shard {

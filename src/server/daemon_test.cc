@@ -262,6 +262,8 @@ TEST(ServeConfig, MistakesAreNamed) {
       {tiers + "limits:\n  max_request_memory: lots\n", "max_request_memory"},
       {tiers + "store:\n  promotion: sometimes\n", "'sometimes' is not adaptive or always"},
       {tiers + "store:\n  expected_blocks: 0\n", "'expected_blocks' must be an integer from 1 to 2147483648"},
+      {tiers + "store:\n  policy_shards: 3\n", "policy_shards: 3 is not a power of two"},
+      {tiers + "store:\n  policy_shards: 128\n", "'policy_shards' must be an integer from 1 to 64"},
       {tiers + "model:\n  name: no-such-model\n", "model.name"},
       {"tiers: [\n", "not valid YAML"},
   };
@@ -283,6 +285,14 @@ TEST(ServeConfig, MistakesAreNamed) {
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_FALSE(ok->store.promotion_gate.adaptive);
   EXPECT_EQ(ok->store.expected_blocks, 1'000'000u);
+  // Policies whose sharded order is one policy's are sharded unless told; S3-FIFO and ARC not.
+  EXPECT_EQ(ok->store.policy_options.shards, kServePolicyShards);
+  ok = ParseServeConfig(tiers + "store:\n  policy: arc\n", "t");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->store.policy_options.shards, 1u);
+  ok = ParseServeConfig(tiers + "store:\n  policy: s3fifo\n  policy_shards: 4\n", "t");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->store.policy_options.shards, 4u);
   ok = ParseServeConfig(tiers + "store:\n  persistence: none\nlimits:\n  workers: 6\n  event_loops: 3\n", "t");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->server.workers, 6u);

@@ -1,5 +1,6 @@
 // `kvtier serve`'s configuration file (examples/serve.yaml is the annotated reference).
 #include <array>
+#include <bit>
 #include <filesystem>
 #include <string_view>
 
@@ -8,6 +9,7 @@
 #include "kvtier/head_importance.h"
 #include "kvtier/kv_block_layout.h"
 #include "kvtier/model_catalog.h"
+#include "policy/sharded_policy.h"
 #include "util/json_document.h"
 #include "util/yaml_map.h"
 
@@ -27,7 +29,7 @@ Status ParseStore(const YAML::Node& node, const std::string& where, ServeConfig&
   const YamlMap m(node, where);
   KVTIER_RETURN_IF_ERROR(m.CheckKeys({"policy", "high_watermark", "low_watermark", "mover_threads", "prefetch",
                                       "promotion", "persistence", "persist_tier", "journal", "persist_sync",
-                                      "publish", "expected_blocks"}));
+                                      "publish", "expected_blocks", "policy_shards"}));
   if (m.Has("policy")) {
     KVTIER_ASSIGN_OR_RETURN(std::string name, m.String("policy"));
     Result<PolicyKind> policy = ParsePolicyKind(name);
@@ -42,6 +44,15 @@ Status ParseStore(const YAML::Node& node, const std::string& where, ServeConfig&
   }
   if (m.Has("mover_threads")) {
     KVTIER_ASSIGN_OR_RETURN(c.store.mover_threads, m.SmallInt("mover_threads", 1, 64));
+  }
+  if (m.Has("policy_shards")) {
+    KVTIER_ASSIGN_OR_RETURN(const int shards, m.SmallInt("policy_shards", 1, static_cast<int>(ShardedPolicy::kMaxShards)));
+    if (!std::has_single_bit(static_cast<unsigned>(shards))) {
+      return Status::InvalidArgument(where + ".policy_shards: " + std::to_string(shards) + " is not a power of two");
+    }
+    c.store.policy_options.shards = static_cast<uint32_t>(shards);
+  } else if (!ShardsKeepOrder(c.store.policy)) {
+    c.store.policy_options.shards = 1;  // sharded, their order would be another (kServePolicyShards)
   }
   if (m.Has("expected_blocks")) {
     KVTIER_ASSIGN_OR_RETURN(const int64_t blocks, m.Int("expected_blocks", 1, int64_t{1} << 31));
@@ -278,6 +289,7 @@ ServeConfig DefaultServeConfig(const std::string& data_dir) {
   c.tiers.tiers.push_back(disk);
   c.journal_path = (fs::path(data_dir) / "store.journal").string();
   c.server.unix_socket_path = (fs::path(data_dir) / "kvtier.sock").string();
+  c.store.policy_options.shards = kServePolicyShards;
   return c;
 }
 

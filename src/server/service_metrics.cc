@@ -130,16 +130,23 @@ void RenderStore(const StoreStats& s, Exposition& e) {
   e.Family("kvtier_tier_promotion_rate", "gauge",
            "Share of the blocks read from this tier that are promoted now (1 without a promotion gate).");
   for (const StoreTierStats& t : s.tiers) e.Sample("kvtier_tier_promotion_rate", tier_labels(t), Number(t.promotion_rate));
-  // Each tier's own lock, beside the metadata lock: its hold time is serial work per tier
-  // (docs/serve.md, "Scaling").
+  // Each tier's policy locks, one per shard, beside the metadata lock: a shard's hold time is
+  // serial work (docs/serve.md, "Scaling"); the busiest shard's bounds the tier.
+  const auto shard_labels = [](const StoreTierStats& t, std::size_t shard) {
+    return LabelSet({{"tier", t.name}, {"kind", TierKindName(t.kind)}, {"shard", std::to_string(shard)}});
+  };
   e.Family("kvtier_tier_lock_hold_seconds_total", "counter",
-           "Time the tier's policy and accounting lock was held (serial work per tier).");
+           "Time a shard of the tier's eviction policy was locked (serial work per shard).");
   for (const StoreTierStats& t : s.tiers) {
-    e.Sample("kvtier_tier_lock_hold_seconds_total", tier_labels(t), Number(t.lock.exclusive_hold_seconds));
+    for (std::size_t i = 0; i < t.shard_locks.size(); ++i) {
+      e.Sample("kvtier_tier_lock_hold_seconds_total", shard_labels(t, i), Number(t.shard_locks[i].exclusive_hold_seconds));
+    }
   }
-  e.Family("kvtier_tier_lock_acquisitions_total", "counter", "Acquisitions of the tier's policy and accounting lock.");
+  e.Family("kvtier_tier_lock_acquisitions_total", "counter", "Acquisitions of a shard of the tier's eviction policy.");
   for (const StoreTierStats& t : s.tiers) {
-    e.Sample("kvtier_tier_lock_acquisitions_total", tier_labels(t), Number(t.lock.exclusive_acquisitions));
+    for (std::size_t i = 0; i < t.shard_locks.size(); ++i) {
+      e.Sample("kvtier_tier_lock_acquisitions_total", shard_labels(t, i), Number(t.shard_locks[i].exclusive_acquisitions));
+    }
   }
 
   e.Single("kvtier_lookups_total", "counter", "Lookup calls.", s.lookups);

@@ -304,10 +304,15 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
   service.RequestBytesHeld(1 << 20);
   service.ReadPausedForBudget();
   StoreStats store;
-  store.tiers.push_back({.name = "hbm", .kind = TierKind::kGpuHbm, .capacity_bytes = 1 << 30});
+  store.tiers.push_back({.name = "hbm",
+                         .kind = TierKind::kGpuHbm,
+                         .capacity_bytes = 1 << 30,
+                         .shard_locks = {LockProfile{}}});
   store.tiers.push_back({.name = "nvme0",
                          .kind = TierKind::kNvme,
-                         .lock = {.exclusive_acquisitions = 3, .exclusive_hold_seconds = 0.25}});
+                         .shard_locks = {{.exclusive_acquisitions = 3, .exclusive_hold_seconds = 0.25},
+                                         {.exclusive_acquisitions = 5, .exclusive_hold_seconds = 0.5}},
+                         .lock = {.exclusive_acquisitions = 8, .exclusive_hold_seconds = 0.75}});
   const std::shared_ptr<ReusePredictor> predictor = NewPredictor();
   const std::string text = RenderPrometheus(service, store, *predictor);
   const Parsed e = Check(text);
@@ -357,9 +362,11 @@ TEST(MetricsRender, EveryFamilyIsWellFormed) {
   EXPECT_EQ(e.Value("kvtier_tier_capacity_bytes", {{"tier", "hbm"}, {"kind", "gpu_hbm"}}), 1 << 30);
   EXPECT_EQ(e.Value("kvtier_tier_blocks", {{"tier", "nvme0"}, {"kind", "nvme"}}), 0);
   EXPECT_EQ(e.Value("kvtier_tier_promotion_rate", {{"tier", "nvme0"}, {"kind", "nvme"}}), 1) << "no gate";
-  EXPECT_EQ(e.Value("kvtier_tier_lock_hold_seconds_total", {{"tier", "nvme0"}, {"kind", "nvme"}}), 0.25);
-  EXPECT_EQ(e.Value("kvtier_tier_lock_acquisitions_total", {{"tier", "nvme0"}, {"kind", "nvme"}}), 3);
-  EXPECT_EQ(e.Value("kvtier_tier_lock_acquisitions_total", {{"tier", "hbm"}, {"kind", "gpu_hbm"}}), 0);
+  // One sample per shard of a tier's policy.
+  EXPECT_EQ(e.Value("kvtier_tier_lock_hold_seconds_total", {{"tier", "nvme0"}, {"kind", "nvme"}, {"shard", "0"}}), 0.25);
+  EXPECT_EQ(e.Value("kvtier_tier_lock_hold_seconds_total", {{"tier", "nvme0"}, {"kind", "nvme"}, {"shard", "1"}}), 0.5);
+  EXPECT_EQ(e.Value("kvtier_tier_lock_acquisitions_total", {{"tier", "nvme0"}, {"kind", "nvme"}, {"shard", "1"}}), 5);
+  EXPECT_EQ(e.Value("kvtier_tier_lock_acquisitions_total", {{"tier", "hbm"}, {"kind", "gpu_hbm"}, {"shard", "0"}}), 0);
   // Every op is exported from the start, so rate() over a first request works.
   EXPECT_EQ(e.Value("kvtier_requests_total", {{"op", "hello"}, {"result", "ok"}}), 0);
   EXPECT_EQ(e.Value("kvtier_requests_total", {{"op", "get"}, {"result", "ok"}}), 1);

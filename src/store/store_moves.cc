@@ -40,28 +40,11 @@ void TieredStore::Impl::Drain() {
 
 void TieredStore::Impl::KickRebalances() {
   RetryPendingEvictions();
-  // Every Put and Get ends here, and nearly all find no tier to queue: they look under the
-  // shared lock and take it exclusively only to queue one.
-  auto tier_due = [this](int t) {
-    if (!OverHighWatermarkLocked(t)) return false;
-    auto lock = tier_state(t).Lock();  // a rebalance that ends clears it under `mu_` shared
-    return !tier_state(t).rebalance_queued;
-  };
-  {
-    std::shared_lock lock(mu_);
-    bool any = false;
-    for (int t = 0; t <= last_tier() && !any; ++t) any = tier_due(t);
-    if (!any) return;
-  }
+  // Every Put and Get ends here, and nearly all find no tier to queue. A tier's flag is
+  // claimed by one thread: the one that queues its rebalance (which clears it when it ends).
   std::vector<int> due;
-  {
-    ExclusiveLock lock(*this);
-    for (int t = 0; t <= last_tier(); ++t) {
-      if (tier_due(t)) {
-        tier_state(t).rebalance_queued = true;
-        due.push_back(t);
-      }
-    }
+  for (int t = 0; t <= last_tier(); ++t) {
+    if (OverHighWatermark(t) && !tier_state(t).accounts->rebalance_queued.exchange(true)) due.push_back(t);
   }
   for (int t : due) Schedule([this, t] { Rebalance(t, 0); });
 }
@@ -72,9 +55,7 @@ void TieredStore::Impl::Rebalance(int t, uint64_t need, uint64_t force_bytes) {
     if (batch.empty()) return;
     const std::vector<Status> moved = MoveVictims(t, batch);
     if (!SettleVictims(t, batch, moved)) {  // nothing could leave (pinned, interior, lower tiers failing)
-      std::shared_lock lock(mu_);
-      auto tier_lock = tier_state(t).Lock();
-      tier_state(t).rebalance_queued = false;
+      tier_state(t).accounts->rebalance_queued.store(false);
       return;
     }
   }
@@ -82,29 +63,25 @@ void TieredStore::Impl::Rebalance(int t, uint64_t need, uint64_t force_bytes) {
 
 std::vector<TieredStore::Impl::Victim> TieredStore::Impl::PlanVictims(int t, uint64_t need, uint64_t& force_bytes) {
   std::vector<Victim> batch;
-  // Shared: each victim is taken under its shard, the policy asked under the tier's lock.
+  // Shared: each victim is taken under its shard (the policy locks its own).
   SharedSection section(*this);
   TierState& ts = tier_state(t);
   const double target = options.low_watermark * static_cast<double>(ts.capacity);
   uint64_t planned = 0;
   while (batch.size() < kDemotionBatch) {
-    std::optional<BlockKey> victim;
-    {
-      auto tier_lock = ts.Lock();
-      const uint64_t remaining = ts.used - std::min(ts.used, planned);
-      if (ts.capacity == 0 ||
-          (planned >= force_bytes && static_cast<double>(remaining) <= target && remaining + need <= ts.capacity)) {
-        break;
-      }
-      victim = ts.policy->Victim();
+    const uint64_t used = ts.used();
+    const uint64_t remaining = used - std::min(used, planned);
+    if (ts.capacity == 0 ||
+        (planned >= force_bytes && static_cast<double>(remaining) <= target && remaining + need <= ts.capacity)) {
+      break;
     }
+    const std::optional<BlockKey> victim = ts.policy->Victim();
     if (!victim) break;
     BlockGuard guard(blocks, BlockGuard::Mode::kExclusive, *victim);
     const std::optional<BlockInfo> info = index.Find(*victim);
     Block* entry = blocks.Find(*victim);
     if (!info || entry == nullptr) {  // cannot happen; keep the policy consistent
-      auto tier_lock = ts.Lock();
-      ts.policy->Remove(*victim, ts.Tell(Now()));
+      ts.policy->Remove(*victim, Now());
       continue;
     }
     // Between the policy's answer and this shard another thread may have pinned it, moved it
@@ -112,8 +89,7 @@ std::vector<TieredStore::Impl::Victim> TieredStore::Impl::PlanVictims(int t, uin
     // another block. Telling it again here costs little and makes sure of that, so this
     // loop cannot ask for the same block forever.
     if (!(info->meta.tiers & (1u << t))) {
-      auto tier_lock = ts.Lock();
-      ts.policy->Remove(*victim, ts.Tell(Now()));
+      ts.policy->Remove(*victim, Now());
       continue;
     }
     if (!EvictableLocked(*info, *entry, t)) {
@@ -130,10 +106,7 @@ std::vector<TieredStore::Impl::Victim> TieredStore::Impl::PlanVictims(int t, uin
                                                   : BytesIn(*entry, t, info->meta.size_bytes);
     batch.push_back(std::move(v));
   }
-  if (batch.empty()) {  // nothing (more) to move: this rebalance ends
-    auto tier_lock = ts.Lock();
-    ts.rebalance_queued = false;
-  }
+  if (batch.empty()) ts.accounts->rebalance_queued.store(false);  // nothing (more) to move: this rebalance ends
   force_bytes -= std::min(force_bytes, planned);
   return batch;
 }
@@ -272,15 +245,9 @@ bool TieredStore::Impl::SettleVictimLocked(int t, const Victim& v, const Status&
                              .lower = v.lower,
                              .upper_bytes = v.meta.size_bytes - lower_bytes,
                              .lower_bytes = lower_bytes};
-      {
-        auto tier_lock = ts.Lock();
-        ts.used -= std::min<uint64_t>(ts.used, lower_bytes);
-        ++ts.stats.demotions;
-      }
-      {
-        auto tier_lock = tier_state(t + 1).Lock();
-        tier_state(t + 1).used += lower_bytes;
-      }
+      ts.Release(lower_bytes);
+      CountInTier(t, &TierState::Accounts::demotions);
+      tier_state(t + 1).Place(lower_bytes);
       write_counters.head_splits.fetch_add(1, std::memory_order_relaxed);
     }
     RefreshEvictableLocked(v.key);
@@ -294,7 +261,7 @@ bool TieredStore::Impl::SettleVictimLocked(int t, const Victim& v, const Status&
       RefreshEvictableLocked(v.key);
       return false;
     }
-    CountInTier(t, &StoreTierStats::drops);
+    CountInTier(t, &TierState::Accounts::drops);
     if (b.split) parts_leaving.push_back(ForgetSplitLocked(v.key, b));
     RemoveFromTierLocked(v.key, t, here);
     leaving.push_back(v.key);
@@ -303,13 +270,13 @@ bool TieredStore::Impl::SettleVictimLocked(int t, const Victim& v, const Status&
   }
   if (v.action == Victim::Action::kDemote) {
     AddToTierLocked(v.key, t + 1, v.meta, b);
-    CountInTier(t, &StoreTierStats::demotions);
+    CountInTier(t, &TierState::Accounts::demotions);
   } else if (v.action == Victim::Action::kDrop) {
     if (b.pins > 0 || info->children > 0) {  // pinned or extended meanwhile
       RefreshEvictableLocked(v.key);
       return false;
     }
-    CountInTier(t, &StoreTierStats::drops);
+    CountInTier(t, &TierState::Accounts::drops);
   }
   // The copy here leaves (moved down whole, dropped, or held below already): so does the
   // lower half of its split, if it had one.
@@ -440,7 +407,7 @@ void TieredStore::Impl::FinishPromotion(Promotion& move, bool prefetch) {
   EndMoveLocked(move.key, *entry);
   if (placed.ok() && *placed >= 0) {
     AddToTierLocked(move.key, *placed, move.meta, *entry);
-    CountInTier(*placed, &StoreTierStats::promotions);
+    CountInTier(*placed, &TierState::Accounts::promotions);
     // A Get's promotions from a networked tier went through its gate; their outcome settles it.
     if (!prefetch && promotion_gates[static_cast<std::size_t>(move.from)] != nullptr) {
       entry->promoted_to = static_cast<int8_t>(*placed);

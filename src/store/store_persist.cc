@@ -58,10 +58,7 @@ void TieredStore::Impl::MaybeCompactJournal() {
   {
     std::shared_lock lock(mu_);
     for (int t = 0; t <= last_tier(); ++t) {
-      if (durable & (1u << t)) {
-        auto tier_lock = tier_state(t).Lock();
-        live += tier_state(t).blocks;
-      }
+      if (durable & (1u << t)) live += tier_state(t).accounts->blocks.load(std::memory_order_relaxed);
     }
   }
   const uint64_t min_records = options.persistence->compact_journal_min_records;
@@ -225,7 +222,7 @@ Status TieredStore::Impl::Recover() {
     // A remote pool is taken at its journal's word: reading it back at open would make a start
     // wait on a pool that is slow or down (timeouts per batch). Its reads verify checksums,
     // and a copy it lost is forgotten when read (a vanished copy), so trusting costs a miss.
-    const std::vector<bool> found = tier_state(t).stats.kind == TierKind::kRemotePool
+    const std::vector<bool> found = tier_state(t).kind == TierKind::kRemotePool
                                         ? in_t
                                         : FindIntact(*tier_state(t).tier, live.records, order, in_t, po.verify_checksums);
     for (std::size_t i = 0; i < live.records.size(); ++i) {
@@ -246,7 +243,7 @@ Status TieredStore::Impl::Recover() {
       if (!((listed[i] & ~intact[i]) & (1u << t))) continue;
       // A remote pool's copies are evicted after the start, with the refused evictions
       // (EvictFrom): a pool that is down must not hold the start up.
-      if (tier_state(t).stats.kind != TierKind::kRemotePool) {
+      if (tier_state(t).kind != TierKind::kRemotePool) {
         const Status evicted = tier_state(t).tier->Evict(live.records[i].key);
         if (evicted.ok() || evicted.code() == StatusCode::kNotFound) continue;
       }

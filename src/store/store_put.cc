@@ -39,16 +39,11 @@ Result<int> TieredStore::Impl::Place(const BlockKey& key, const BlockMeta& meta,
   Status last_error = Status::Ok();
   for (int t = 0; t < end; ++t) {
     TierState& ts = tier_state(t);
-    auto full = [&] { return ts.capacity > 0 && UsedBytesLocked(t) + meta.size_bytes > ts.capacity; };
-    bool room = false;
-    {
-      std::shared_lock lock(mu_);  // most writes find room: only a full tier asks its policy
-      room = !full();
-    }
-    if (!room) {
-      ExclusiveLock lock(*this);
-      if (full() && !ts.policy->ShouldAdmit(Resident(key, meta, b), ts.Tell(Now()))) {
-        ++ts.stats.refused;
+    auto full = [&] { return ts.capacity > 0 && ts.used() + meta.size_bytes > ts.capacity; };
+    if (full()) {  // most writes find room: only a full tier asks its policy
+      SharedSection section(*this);  // the policy sees the Gets' hits first
+      if (full() && !ts.policy->ShouldAdmit(Resident(key, meta, b), Now())) {
+        CountInTier(t, &TierState::Accounts::refused);
         continue;
       }
     }
@@ -334,12 +329,7 @@ Result<TieredStore::Impl::PutAction> TieredStore::Impl::IndexForPutLocked(const 
     if (unpersisted && entry->moving) return PutAction::kWait;
     write_counters.put_blocks.fetch_add(1, std::memory_order_relaxed);
     index.Touch({&p.key, 1}, static_cast<uint64_t>(Now() * 1e6));
-    {
-      TierState& fastest = tier_state(FastestTier(info->meta.tiers));
-      const double now = Now();
-      auto tier_lock = fastest.Lock();
-      fastest.policy->Touch(p.key, p.transition, fastest.Tell(now));
-    }
+    tier_state(FastestTier(info->meta.tiers)).policy->Touch(p.key, p.transition, Now());
     if (entry != nullptr) {
       ++entry->pins;
       pinned.push_back(p.key);
@@ -376,7 +366,7 @@ Result<bool> TieredStore::Impl::RecordPutWriteLocked(const BlockPut& p, const Pu
     if (w.persisted.code() != StatusCode::kResourceExhausted) {
       return w.persisted.WithContext("store: persisting block " + std::to_string(w.i));
     }
-    ++tier_state(persist_tier).stats.refused;
+    CountInTier(persist_tier, &TierState::Accounts::refused);
     return false;
   }
   if (!Stored(w)) {
@@ -384,7 +374,7 @@ Result<bool> TieredStore::Impl::RecordPutWriteLocked(const BlockPut& p, const Pu
     if (!w.persisted.ok() && w.persisted.code() != StatusCode::kResourceExhausted) {
       return w.persisted.WithContext("store: persisting block " + std::to_string(w.i));
     }
-    if (!w.persisted.ok()) ++tier_state(persist_tier).stats.refused;
+    if (!w.persisted.ok()) CountInTier(persist_tier, &TierState::Accounts::refused);
     // A payload that is not what its writer hashed is the writer's error to see, wherever
     // in the chain it is.
     if (!w.placed.ok() && w.placed.status().code() == StatusCode::kCorruption) {

@@ -309,16 +309,18 @@ void TieredStore::Impl::ApplyDeferredHitsLocked() {
     applying.swap(deferred_hits);
     hits_deferred.store(false, std::memory_order_relaxed);
   }
-  // The policies in the Gets' order, one hold of a tier's lock per run of hits on that tier
-  // (a chain's blocks are mostly read from one tier): not one per hit.
+  // The policies in the Gets' order, one hold of a policy shard per run of hits on a tier
+  // (a chain's blocks are mostly read from one tier) and shard: not one per hit.
+  thread_local std::vector<ShardedPolicy::Hit> run;
   for (std::size_t i = 0; i < applying.size();) {
     const int t = applying[i].tier;
-    TierState& ts = tier_state(t);
-    auto lock = ts.Lock();
+    run.clear();
     for (; i < applying.size() && applying[i].tier == t; ++i) {
-      ++ts.stats.hits;
-      ts.policy->Touch(applying[i].key, applying[i].transition, ts.Tell(applying[i].at));
+      run.push_back({.key = applying[i].key, .transition = applying[i].transition, .at = applying[i].at});
     }
+    TierState& ts = tier_state(t);
+    ts.accounts->hits.fetch_add(run.size(), std::memory_order_relaxed);
+    ts.policy->TouchAll(run);
   }
   for (const DeferredHit& h : applying) {
     BlockGuard guard(blocks, BlockGuard::Mode::kExclusive, h.key);

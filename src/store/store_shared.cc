@@ -18,15 +18,15 @@ constexpr std::size_t kMaxCardsPerLookup = 4096;
 
 Status TieredStore::Impl::FindSharedTier() {
   for (int t = 0; t <= last_tier(); ++t) {
-    const TierKind kind = tier_state(t).stats.kind;
+    const TierKind kind = tier_state(t).kind;
     if (kind == TierKind::kRemotePool || kind == TierKind::kParallelFs) networked |= static_cast<TierMask>(1u << t);
     if (!tier_state(t).tier->shared()) continue;
     if (shared_tier >= 0) {
-      return Status::InvalidArgument("store: tiers '" + tier_state(shared_tier).stats.name + "' and '" +
-                                     tier_state(t).stats.name + "' are both shared; share one tier");
+      return Status::InvalidArgument("store: tiers '" + tier_state(shared_tier).name + "' and '" +
+                                     tier_state(t).name + "' are both shared; share one tier");
     }
     if (options.metadata_only) {
-      return Status::InvalidArgument("store: tier '" + tier_state(t).stats.name +
+      return Status::InvalidArgument("store: tier '" + tier_state(t).name +
                                      "' is shared, but a metadata-only store writes no blocks to share");
     }
     shared_tier = t;

@@ -17,11 +17,7 @@ constexpr int kEvictionRetriesPerCall = 256;  // a tier back after an outage is 
 
 std::pair<int, BlockKey> TieredStore::Impl::ForgetSplitLocked(const BlockKey& key, Block& b) {
   const Block::Split split = *b.split;
-  {
-    TierState& lower = tier_state(split.lower_tier);
-    auto lock = lower.Lock();
-    lower.used -= std::min<uint64_t>(lower.used, split.lower_bytes);
-  }
+  tier_state(split.lower_tier).Release(split.lower_bytes);
   b.split.reset();
   ++b.placement;
   return {split.lower_tier, PartKey(key)};
@@ -38,10 +34,7 @@ void TieredStore::Impl::RefreshEvictableLocked(const BlockKey& key) {
   if (!info || b == nullptr) return;
   for (int t = 0; t <= last_tier(); ++t) {
     if (info->meta.tiers & (1u << t)) {
-      const bool evictable = EvictableLocked(*info, *b, t);
-      TierState& ts = tier_state(t);
-      auto lock = ts.Lock();
-      ts.policy->SetEvictable(key, evictable);
+      tier_state(t).policy->SetEvictable(key, EvictableLocked(*info, *b, t));
     }
   }
 }
@@ -83,19 +76,16 @@ void TieredStore::Impl::AddToTierLocked(const BlockKey& key, int t, const BlockM
   }
   (void)index.SetTier(key, t, true);
   const ResidentBlock resident = Resident(key, meta, b);
-  // A policy admits a block as evictable: told at once, under the same hold, when it is not
-  // (pinned, moving, or an interior block of the last tier).
+  // A policy admits a block as evictable: told at once, under the same hold of its shard, when
+  // it is not (pinned, moving, or an interior block of the last tier).
   bool evictable = b.pins == 0 && !b.moving;
   if (evictable && t == last_tier()) {
     const std::optional<BlockInfo> info = index.Find(key);
     evictable = info && info->children == 0;
   }
-  const double now = Now();
-  auto lock = ts.Lock();
-  ts.used += meta.size_bytes;
-  ++ts.blocks;
-  ts.policy->Admit(resident, ts.Tell(now));
-  if (!evictable) ts.policy->SetEvictable(key, false);
+  ts.Place(meta.size_bytes);
+  ts.accounts->blocks.fetch_add(1, std::memory_order_relaxed);
+  ts.policy->AdmitAs(resident, Now(), evictable);
 }
 
 void TieredStore::Impl::TellExpectedLocked(const BlockKey& key, std::optional<uint64_t> order) {
@@ -110,11 +100,9 @@ void TieredStore::Impl::RemoveFromTierLocked(const BlockKey& key, int t, uint32_
   (void)index.SetTier(key, t, false);
   {
     TierState& ts = tier_state(t);
-    const double now = Now();
-    auto lock = ts.Lock();
-    ts.used -= std::min<uint64_t>(ts.used, bytes);
-    if (ts.blocks > 0) --ts.blocks;
-    ts.policy->Remove(key, ts.Tell(now));
+    ts.Release(bytes);
+    TierState::Subtract(ts.accounts->blocks, 1);
+    ts.policy->Remove(key, Now());
   }
   Block* b = blocks.Find(key);
   if (b != nullptr) ++b->placement;
@@ -159,16 +147,10 @@ std::optional<BlockKey> TieredStore::Impl::ForgetOneLocked(const BlockKey& key) 
   return info->parent;  // a parent a tier lost stayed listed only for this child
 }
 
-bool TieredStore::Impl::OverHighWatermarkLocked(int t) const {
+bool TieredStore::Impl::OverHighWatermark(int t) const {
   const TierState& ts = tier_state(t);
   if (ts.capacity == 0) return false;
-  return static_cast<double>(UsedBytesLocked(t)) > options.high_watermark * static_cast<double>(ts.capacity);
-}
-
-uint64_t TieredStore::Impl::UsedBytesLocked(int t) const {
-  const TierState& ts = tier_state(t);
-  auto lock = ts.Lock();
-  return ts.used;
+  return static_cast<double>(ts.used()) > options.high_watermark * static_cast<double>(ts.capacity);
 }
 
 Status TieredStore::Impl::WriteTo(int t, const BlockKey& key, std::span<const std::byte> payload, uint32_t bytes,
@@ -186,8 +168,8 @@ Status TieredStore::Impl::WriteBytes(int t, const BlockKey& key, std::span<const
     return Status::Ok();
   }
   std::shared_lock lock(mu_);
-  if (ts.capacity > 0 && UsedBytesLocked(t) + bytes > ts.capacity) {
-    return Status::ResourceExhausted(ts.stats.name + " is full");
+  if (ts.capacity > 0 && tier_state(t).used() + bytes > ts.capacity) {
+    return Status::ResourceExhausted(ts.name + " is full");
   }
   return Status::Ok();
 }
@@ -288,7 +270,7 @@ Status TieredStore::Impl::RetryWriteMakingRoom(int t, const BlockKey& key, std::
   if (s.code() != StatusCode::kResourceExhausted) return s;
   {
     std::shared_lock lock(mu_);
-    if (UsedBytesLocked(t) + bytes > ts.capacity) return s;
+    if (tier_state(t).used() + bytes > ts.capacity) return s;
   }
   Rebalance(t, bytes, uint64_t{kReclaimBlocks} * bytes);
   return WriteBytes(t, key, payload, bytes, checksum);

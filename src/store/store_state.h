@@ -20,30 +20,31 @@
 //   - `blocks` is split into shards by key (block_table.h), each with its own lock: a thread
 //     under `mu_` shared reads a block's record with its shard shared and changes it with
 //     its shard exclusive (BlockGuard; a block and its parent at most, in shard order);
-//   - each tier's `lock` guards its policy, `used`, `blocks`, `stats` and `policy_clock`
-//     against the others under `mu_` shared (TierState::Lock);
+//   - each tier's policy is thread-safe itself, split into shards by key with a lock each
+//     (StoreOptions::policy_options.shards; src/policy/sharded_policy.h), and its accounting
+//     (`used`, `blocks`, its counters) is atomics (TierState::Accounts);
 //   - `write_counters` and `read_counters` are atomics; `pending_mu_` guards
 //     `pending_evictions`.
 // So lookups, the planning half of reads, promotions, prefetches, demotion (Rebalance's
 // planning and settling, dropped blocks forgotten a block and its parent at a time) and in
 // the common case a put's sections (indexing its blocks, recording their writes, letting
 // its pins go) run under `mu_` shared: operations on different chains touch different
-// shards and contend only for a tier's lock, held for the policy's few calls. What is rare
+// shards and contend only for a policy shard's lock, held for the policy's few calls. What is rare
 // or changes many blocks at once takes `mu_` exclusively: a put's refusals and errors (which
 // forget the blocks of its batch), a put that must wait for a block a mover holds, reads
 // that find a copy corrupt or gone, recovery, pins, expectations, retags, the shared tier's
 // indexing, and applying kMaxDeferredHits at once.
-// Lock order: `mu_`, then shards (ascending, at most two), then one tier's lock, then the
-// leaf locks (`pending_mu_`, `hits_mu_`, the index's and the journal's own locks); nothing
-// is called while a tier's lock is held but the policy and the counters it guards.
+// Lock order: `mu_`, then shards (ascending, at most two), then the leaf locks (a policy
+// shard's, `pending_mu_`, `hits_mu_`, the index's and the journal's own locks); a policy
+// calls nothing while it holds a shard of its own.
 // A Get takes `mu_` only shared: the hits it read are deferred (DeferHits, under `hits_mu_`)
 // and applied to the policies and counters by the next put's section or exclusive section,
 // before it does anything else (ApplyDeferredHitsLocked), so a policy sees the hits before
 // the put's admissions that follow them (the replay's order, prefix_cache_model_test) and
 // never picks a victim or refuses an admission without them; a Get that finds
-// kMaxDeferredHits waiting applies them itself. A policy is told the time of each call
-// through its tier's `policy_clock`, which never goes back (two threads' sections apply and
-// admit side by side).
+// kMaxDeferredHits waiting applies them itself. A policy shard is told the time of each call
+// through its own clock, which never goes back (two threads' sections apply and admit side
+// by side).
 // The index is thread-safe itself; a block is added to it and to `blocks` under its shard's
 // exclusive lock and becomes visible to reads only once a tier holds it (its tier bit).
 // Methods whose names end in `Locked` need `mu_` held exclusively, unless they say "shared is
@@ -75,11 +76,13 @@
 #include <optional>
 #include <shared_mutex>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "kvtier/prefix_index.h"
+#include "policy/sharded_policy.h"
 #include "kvtier/store.h"
 #include "store/block_journal.h"
 #include "store/block_table.h"
@@ -122,23 +125,32 @@ struct TieredStore::Impl {
   };
   struct TierState {
     std::unique_ptr<Tier> tier;
-    std::unique_ptr<EvictionPolicy> policy;
+    // Thread-safe itself: StoreOptions::policy_options.shards policies by key, each with its
+    // own lock and clock (src/policy/sharded_policy.h).
+    std::unique_ptr<ShardedPolicy> policy;
     uint64_t capacity = 0;  // 0: unbounded, never demoted from
     TierCost cost;
-    uint64_t used = 0;  // bytes of blocks the store placed here
-    uint64_t blocks = 0;
-    bool rebalance_queued = false;  // written only under `mu_` exclusive
-    StoreTierStats stats;
-    // The latest time the policy was told (the locking comment above): policies require
-    // `now_s` never to decrease, and a deferred hit may be older than a put's call.
-    double policy_clock = 0;
-    // Guards the fields above (but `capacity`, `cost` and `rebalance_queued`) under `mu_`
-    // shared; profiled, so that the 64-core projection sees it (StoreTierStats::lock).
-    std::unique_ptr<ProfiledRwMutex> lock = std::make_unique<ProfiledRwMutex>();
+    // What sections under `mu_` shared count side by side: atomics, no lock. In one allocation
+    // so that a TierState moves.
+    struct Accounts {
+      std::atomic<uint64_t> used{0};  // bytes of blocks the store placed here
+      std::atomic<uint64_t> blocks{0};
+      std::atomic<uint64_t> hits{0}, promotions{0}, demotions{0}, drops{0}, refused{0};  // StoreTierStats'
+      std::atomic<bool> rebalance_queued{false};
+    };
+    std::unique_ptr<Accounts> accounts = std::make_unique<Accounts>();
+    std::string name;  // the tier's, set in Open
+    TierKind kind = TierKind::kCpuDram;
 
-    std::unique_lock<ProfiledRwMutex> Lock() const { return std::unique_lock(*lock); }
-    // The time to tell the policy for an event at `now`: never earlier than the last.
-    double Tell(double now) { return policy_clock = std::max(policy_clock, now); }
+    uint64_t used() const { return accounts->used.load(std::memory_order_relaxed); }
+    void Place(uint64_t bytes) { accounts->used.fetch_add(bytes, std::memory_order_relaxed); }
+    void Release(uint64_t bytes) { Subtract(accounts->used, bytes); }
+    // Never below zero: an accounting slip must not make a tier look full forever.
+    static void Subtract(std::atomic<uint64_t>& counter, uint64_t amount) {
+      uint64_t now = counter.load(std::memory_order_relaxed);
+      while (!counter.compare_exchange_weak(now, now - std::min(now, amount), std::memory_order_relaxed)) {
+      }
+    }
   };
 
   StoreOptions options;
@@ -216,7 +228,7 @@ struct TieredStore::Impl {
   PrefixIndex index;                                         // mutated only under mu_
   using BlockGuard = store_internal::BlockTable<Block>::Guard;
   store_internal::BlockTable<Block> blocks;                  // GUARDED_BY(mu_, or its shard's lock)
-  std::vector<TierState> tiers;                              // GUARDED_BY(mu_) except `tier`
+  std::vector<TierState> tiers;  // set in Open; `policy` and `accounts` thread-safe, `tier` too
   StoreStats stats;                                          // GUARDED_BY(mu_): the store-wide counters
   std::unique_ptr<PrefetchWindow> prefetch_window;           // thread-safe itself
   // Per tier, a gate for each networked one (null for the others): which of the blocks read
@@ -345,13 +357,11 @@ struct TieredStore::Impl {
   void ForgetUnderShards(const BlockKey& key);
   // One step of both: forgets `key` if it may go; returns its parent, to look at next.
   std::optional<BlockKey> ForgetOneLocked(const BlockKey& key);
-  bool OverHighWatermarkLocked(int t) const;  // shared is enough (takes the tier's lock)
-  // Adds one to tier t's counter `field` under the tier's lock (so `mu_` shared is enough).
-  void CountInTier(int t, uint64_t StoreTierStats::*field) {
-    auto lock = tier_state(t).Lock();
-    ++(tier_state(t).stats.*field);
+  bool OverHighWatermark(int t) const;  // no lock needed (the tier's accounts)
+  // Adds one to tier t's counter `field` (an atomic: `mu_` in either mode, or none).
+  void CountInTier(int t, std::atomic<uint64_t> TierState::Accounts::*field) {
+    (tier_state(t).accounts.get()->*field).fetch_add(1, std::memory_order_relaxed);
   }
-  uint64_t UsedBytesLocked(int t) const;       // tier t's `used`; shared is enough (takes the tier's lock)
 
   // --- I/O, or its accounting in a metadata-only store (store_state.cc) ------------------
   // Journals the block first when `t` is the persist tier, then WriteBytes.

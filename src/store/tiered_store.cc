@@ -93,15 +93,13 @@ Result<std::unique_ptr<TieredStore>> TieredStore::Open(std::vector<std::unique_p
     }
     if (po.tier_latency_s == defaults.tier_latency_s) po.tier_latency_s = cost.latency_s;
     po.bayes_learn = t == 0;  // every access goes through the fastest tier's policy once
-    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<EvictionPolicy> policy,
-                            NewEvictionPolicy(options.policy, po, impl->predictor));
     Impl::TierState ts;
+    KVTIER_ASSIGN_OR_RETURN(ts.policy, ShardedPolicy::Create(options.policy, po, impl->predictor));
     ts.capacity = tiers[t]->GetStats().capacity_bytes;
     ts.cost = cost;
-    ts.stats.name = tiers[t]->name();
-    ts.stats.kind = tiers[t]->kind();
+    ts.name = tiers[t]->name();
+    ts.kind = tiers[t]->kind();
     ts.tier = std::move(tiers[t]);
-    ts.policy = std::move(policy);
     impl->tiers.push_back(std::move(ts));
   }
   impl->options = std::move(options);
@@ -115,7 +113,7 @@ Result<std::unique_ptr<TieredStore>> TieredStore::Open(std::vector<std::unique_p
   if (impl->options.persistence) {
     impl->persist_tier = static_cast<int>(impl->options.persistence->tier);
     for (int t = impl->persist_tier; t <= impl->last_tier(); ++t) {
-      const TierKind kind = impl->tier_state(t).stats.kind;
+      const TierKind kind = impl->tier_state(t).kind;
       if (kind == TierKind::kNvme || kind == TierKind::kRemotePool || kind == TierKind::kParallelFs) {
         impl->durable |= static_cast<TierMask>(1u << t);
       }
@@ -163,8 +161,8 @@ void TieredStore::Retag(std::span<const BlockTags> updates) {
     for (int t = 0; t <= s.last_tier(); ++t) {
       if ((info->meta.tiers & (1u << t)) == 0) continue;
       Impl::TierState& ts = s.tier_state(t);
-      ts.policy->Remove(u.key, ts.Tell(s.Now()));
-      ts.policy->Admit(s.Resident(u.key, info->meta, *entry), ts.Tell(s.Now()));
+      ts.policy->Remove(u.key, s.Now());
+      ts.policy->Admit(s.Resident(u.key, info->meta, *entry), s.Now());
     }
     s.RefreshEvictableLocked(u.key);
   }
@@ -254,14 +252,18 @@ StoreStats TieredStore::GetStats() const {
   out.journal_records = journal_records;
   out.metadata_lock = s.mu_.Profile();
   for (const Impl::TierState& ts : s.tiers) {
-    StoreTierStats t;
-    {
-      auto tier_lock = ts.Lock();
-      t = ts.stats;
-      t.used_bytes = ts.used;
-      t.blocks = ts.blocks;
-    }
-    t.lock = ts.lock->Profile();
+    const Impl::TierState::Accounts& a = *ts.accounts;
+    StoreTierStats t{.name = ts.name,
+                     .kind = ts.kind,
+                     .used_bytes = a.used.load(std::memory_order_relaxed),
+                     .blocks = a.blocks.load(std::memory_order_relaxed),
+                     .hits = a.hits.load(std::memory_order_relaxed),
+                     .promotions = a.promotions.load(std::memory_order_relaxed),
+                     .demotions = a.demotions.load(std::memory_order_relaxed),
+                     .drops = a.drops.load(std::memory_order_relaxed),
+                     .refused = a.refused.load(std::memory_order_relaxed),
+                     .shard_locks = ts.policy->ShardProfiles(),
+                     .lock = ts.policy->Profile()};
     t.evict_failures = evict_failures[out.tiers.size()];
     t.capacity_bytes = ts.capacity;
     if (const PromotionGate* gate = s.promotion_gates[out.tiers.size()].get()) {
