@@ -102,12 +102,19 @@ class EvictionPolicy {
   // again whenever one becomes resident. Policies that do not predict ignore it.
   virtual void Expect(const BlockKey& /*key*/, std::optional<uint64_t> /*order*/) {}
 
-  // Where the current victim (Victim()'s block) stands against the victims of other policies
-  // of the same kind and options: a sharded tier (src/policy/sharded_policy.h) takes the
-  // lowest of its shards' victims, which is the one policy's victim over all their blocks.
-  // nullopt without a victim, or for a policy whose order is its queues' and has no such
-  // measure (S3-FIFO, ARC).
-  virtual std::optional<VictimStanding> StandingOfVictim() { return std::nullopt; }
+  // Victim(), and where it stands against the victims of other policies of the same kind and
+  // options: a sharded tier (src/policy/sharded_policy.h) takes the lowest of its shards'
+  // victims, which is the one policy's victim over all their blocks. The standing is nullopt
+  // for a policy whose order is its queues' and has no such measure (S3-FIFO, ARC).
+  struct StandingVictim {
+    BlockKey key;
+    std::optional<VictimStanding> standing;
+  };
+  virtual std::optional<StandingVictim> VictimWithStanding() {
+    const std::optional<BlockKey> victim = Victim();
+    if (!victim) return std::nullopt;
+    return StandingVictim{.key = *victim};
+  }
 
   // Resident blocks, evictable or not.
   virtual std::size_t size() const = 0;
@@ -117,7 +124,7 @@ class EvictionPolicy {
 enum class PolicyKind : uint8_t { kLru = 0, kEma = 1, kS3Fifo = 2, kArc = 3, kBayes = 4, kPredictive = 5 };
 std::string_view PolicyKindName(PolicyKind kind);
 // Whether a policy of `kind` split into shards gives the victims one policy would
-// (StandingOfVictim): all but S3-FIFO and ARC, whose order is their queues'.
+// (VictimWithStanding): all but S3-FIFO and ARC, whose order is their queues'.
 bool ShardsKeepOrder(PolicyKind kind);
 Result<PolicyKind> ParsePolicyKind(std::string_view name);
 

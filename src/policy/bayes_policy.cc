@@ -155,10 +155,12 @@ class BayesPolicy final : public EvictionPolicy {
 
   // Expired blocks first (a score of 0), then by ln(score) + now / tau: the shards of a tier
   // compare these at the same now, so the term drops out.
-  std::optional<VictimStanding> StandingOfVictim() override {
+  std::optional<StandingVictim> VictimWithStanding() override {
     const std::optional<Scored> victim = LowestScored();
     if (!victim) return std::nullopt;
-    return VictimStanding{.rank = victim->log_score, .last_access = table_[victim->id].last_access};
+    const BayesEntry& entry = table_[victim->id];
+    return StandingVictim{.key = entry.key,
+                          .standing = VictimStanding{.rank = victim->log_score, .last_access = entry.last_access}};
   }
 
   bool ShouldAdmit(const ResidentBlock& block, double /*now_s*/) override {

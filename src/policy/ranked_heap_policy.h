@@ -11,7 +11,7 @@
 // and, when the order depends on expected reads (EvictionPolicy::Expect):
 //   void Expect(Entry&, std::optional<uint64_t> order) const;
 //   bool Admits(const ResidentBlock&, const Entry* victim) const;  // into a full tier, given who would leave
-//   VictimStanding Standing(const Entry&) const;  // EvictionPolicy::StandingOfVictim: Before's order
+//   VictimStanding Standing(const Entry&) const;  // EvictionPolicy::VictimWithStanding: Before's order
 //
 // Thread-safety: none (eviction_policy.h: the store serializes a tier's calls).
 #pragma once
@@ -91,9 +91,10 @@ class RankedHeapPolicy final : public EvictionPolicy {
     return table_[heap_.top()].key;
   }
 
-  std::optional<VictimStanding> StandingOfVictim() override {
+  std::optional<StandingVictim> VictimWithStanding() override {
     if (heap_.empty()) return std::nullopt;
-    return ranking_.Standing(table_[heap_.top()]);
+    const Entry& victim = table_[heap_.top()];
+    return StandingVictim{.key = victim.key, .standing = ranking_.Standing(victim)};
   }
 
   std::size_t size() const override { return table_.size(); }

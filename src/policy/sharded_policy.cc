@@ -108,11 +108,10 @@ std::optional<std::pair<ShardedPolicy::Shard*, BlockKey>> ShardedPolicy::PickVic
   for (std::size_t k = 0; k < shards_.size(); ++k) {
     Shard& shard = *shards_[order[k].second];
     std::lock_guard lock(shard.lock);
-    const std::optional<BlockKey> victim = shard.policy->Victim();
+    const std::optional<StandingVictim> victim = shard.policy->VictimWithStanding();
     if (!victim) continue;
-    const std::optional<VictimStanding> standing = shard.policy->StandingOfVictim();
-    if (!standing) return std::pair{&shard, *victim};
-    if (!best || *standing < best_standing) best = std::pair{&shard, *victim}, best_standing = *standing;
+    if (!victim->standing) return std::pair{&shard, victim->key};
+    if (!best || *victim->standing < best_standing) best = std::pair{&shard, victim->key}, best_standing = *victim->standing;
   }
   return best;
 }
@@ -132,11 +131,11 @@ bool ShardedPolicy::ShouldAdmit(const ResidentBlock& block, double now_s) {
   return shard.policy->ShouldAdmit(block, shard.Tell(now_s));
 }
 
-std::optional<VictimStanding> ShardedPolicy::StandingOfVictim() {
+std::optional<EvictionPolicy::StandingVictim> ShardedPolicy::VictimWithStanding() {
   const auto picked = PickVictim();
   if (!picked) return std::nullopt;
   std::lock_guard lock(picked->first->lock);
-  return picked->first->policy->StandingOfVictim();
+  return picked->first->policy->VictimWithStanding();
 }
 
 std::size_t ShardedPolicy::size() const {

@@ -5,7 +5,7 @@
 //
 // Keys are hashes (block.h), so each shard holds an even sample of the tier's blocks. The
 // tier's victim is the lowest of the shards' victims by their standing
-// (EvictionPolicy::StandingOfVictim: last access for LRU, the expected saving for Bayes, the
+// (EvictionPolicy::VictimWithStanding: last access for LRU, the expected saving for Bayes, the
 // decayed count for EMA, expected reads last for the predictive policy), which is the victim
 // one policy over all the blocks would pick, up to ties in the standing (broken toward the
 // fuller shard, where one policy breaks them by its access sequence). It costs a hold of every
@@ -67,7 +67,7 @@ class ShardedPolicy final : public EvictionPolicy {
   std::optional<BlockKey> Victim() override;
   bool ShouldAdmit(const ResidentBlock& block, double now_s) override;
   void Expect(const BlockKey& key, std::optional<uint64_t> order) override;
-  std::optional<VictimStanding> StandingOfVictim() override;
+  std::optional<StandingVictim> VictimWithStanding() override;
   std::size_t size() const override;
 
   uint32_t shards() const { return static_cast<uint32_t>(shards_.size()); }
