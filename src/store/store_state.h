@@ -29,8 +29,8 @@
 // planning and settling, dropped blocks forgotten a block and its parent at a time) and in
 // the common case a put's sections (indexing its blocks, recording their writes, letting
 // its pins go) run under `mu_` shared: operations on different chains touch different
-// shards and contend only for a policy shard's lock, held for the policy's few calls. What is rare
-// or changes many blocks at once takes `mu_` exclusively: a put's refusals and errors (which
+// shards and contend only for a policy shard's lock, held for the policy's few calls. What
+// is rare or changes many blocks at once takes `mu_` exclusively: a put's refusals and errors (which
 // forget the blocks of its batch), a put that must wait for a block a mover holds, reads
 // that find a copy corrupt or gone, recovery, pins, expectations, retags, the shared tier's
 // indexing, and applying kMaxDeferredHits at once.
@@ -82,8 +82,8 @@
 #include <vector>
 
 #include "kvtier/prefix_index.h"
-#include "policy/sharded_policy.h"
 #include "kvtier/store.h"
+#include "policy/sharded_policy.h"
 #include "store/block_journal.h"
 #include "store/block_table.h"
 #include "store/expected_reads.h"
