@@ -2,7 +2,8 @@
 submission order with each chunk naming the previous one as parent, the staging ring never
 hands a queued chunk's slots to a new pack, a full staging makes submit wait (counted) and
 drops nothing, failed and refused puts are counted and skip the rest of their chain only, and
-close flushes what is queued (or abandons it after its timeout)."""
+close flushes what is queued (or abandons it after its timeout); deferred jobs are copied on
+the packer thread after submit returned, in order with the others."""
 
 import random
 import threading
@@ -29,9 +30,11 @@ class FakeStore:
         self.calls = 0
         self.corrupt = []
         self.payload_of = {}  # block id -> payload, filled by the test
+        self.pack_threads = set()
 
-    def pack(self, block_ids, first):
-        for j, b in enumerate(block_ids):
+    def pack(self, blocks, first):
+        self.pack_threads.add(threading.current_thread().name)
+        for j, (b, _) in enumerate(blocks):
             self.staging[first + j] = self.payload_of[b]
 
     def put(self, parent, keys, first, tokens):
@@ -229,3 +232,81 @@ def test_close_abandons_after_its_timeout():
 def test_staging_must_hold_a_block():
     with pytest.raises(ValueError):
         BlockSaver(lambda p, k, f, t: (0, 0), 0)
+
+
+def test_deferred_jobs_are_copied_after_submit_returns_and_in_order():
+    store = FakeStore(4)
+    store.gate = threading.Event()
+    saver = BlockSaver(store.put, 4, max_chunk_slots=2)
+    try:
+        t0 = time.monotonic()
+        a = make_job(store, "a", 10)
+        a.pin = 7
+        saver.submit(a, store.pack, deferred=True)  # 10 blocks through a 4-slot ring, puts held
+        b = make_job(store, "a", 2, parent="a9", base=100, prefix="b")
+        b.pin = 8
+        saver.submit(b, store.pack, deferred=True)
+        assert time.monotonic() - t0 < 0.2, "a deferred submit waited for the staging"
+        assert saver.pending("a")
+        store.gate.set()
+        assert saver.flush(10)
+        assert [k for _, ks in store.puts for k in ks] == [f"a{i}" for i in range(10)] + ["b0", "b1"]
+        assert store.corrupt == []
+        assert store.pack_threads == {"kvtier-save-packer"}
+        assert [j.pin for j in saver.take_finished()] == [7, 8]
+        assert not saver.pending("a")
+    finally:
+        store.gate.set()
+        saver.close()
+
+
+def test_a_job_copied_on_the_step_waits_for_the_deferred_ones_before_it():
+    store = FakeStore(4)
+    store.gate = threading.Event()
+    saver = BlockSaver(store.put, 4, max_chunk_slots=2)
+    try:
+        saver.submit(make_job(store, "a", 6), store.pack, deferred=True)
+        tail = make_job(store, "a", 1, parent="a5", base=50, prefix="t")
+        submitter = threading.Thread(target=saver.submit, args=(tail, store.pack))
+        submitter.start()
+        submitter.join(0.3)
+        assert submitter.is_alive(), "packed before the deferred job ahead of it"
+        store.gate.set()
+        submitter.join(10)
+        assert saver.flush(10)
+        assert [k for _, ks in store.puts for k in ks] == [f"a{i}" for i in range(6)] + ["t0"]
+    finally:
+        store.gate.set()
+        saver.close()
+
+
+def test_a_failed_deferred_copy_is_reported_and_the_saver_goes_on():
+    store = FakeStore(16)
+    saver = BlockSaver(store.put, 16, max_chunk_slots=2)
+
+    def pack(blocks, first):
+        if blocks[0][0] == 2:
+            raise RuntimeError("injected pack failure")
+        store.pack(blocks, first)
+
+    try:
+        a = make_job(store, "a", 6)
+        a.pin = 1
+        saver.submit(a, pack, deferred=True)
+        c = make_job(store, "c", 2, base=50)
+        c.pin = 2
+        saver.submit(c, pack, deferred=True)
+        assert saver.flush(10)
+        jobs = {j.pin: j for j in saver.take_finished()}
+        assert (jobs[1].saved, jobs[1].refused) == (2, 4), "the chunks after the failed copy never exist"
+        assert jobs[2].saved == 2, "the next job is copied and put"
+    finally:
+        saver.close()
+
+
+def test_close_flushes_deferred_jobs():
+    store = FakeStore(4)
+    saver = BlockSaver(store.put, 4, max_chunk_slots=2)
+    saver.submit(make_job(store, "a", 9), store.pack, deferred=True)
+    saver.close()
+    assert len(store.stored) == 9, "close returned before the deferred job was copied and put"

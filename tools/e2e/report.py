@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""The markdown tables of a bench.py output folder: per run, and per system over all reps.
+"""The markdown tables of a bench.py output folder: per run, per system over all reps, and each
+system against a reference request by request.
 
-    python3 tools/e2e/report.py /tmp/e2e-run [/tmp/e2e-run-more ...]
+    python3 tools/e2e/report.py [--reference kvtier] /tmp/e2e-run [/tmp/e2e-run-more ...]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import random
 import statistics
 import sys
 
@@ -18,7 +21,36 @@ def pct(xs: list, q: float) -> float:
     return xs[i]
 
 
-def main(outs: list) -> int:
+def paired(reqs: list, systems: list, reference: str) -> None:
+    """Each system against `reference` on the same requests (one workload: a request id names the
+    same prompt in every run; pairs are (folder, rep, request)). A percentile of a few dozen
+    requests whose TTFTs fall in two clusters (hits and short prompts against long misses)
+    jumps between the clusters with small shifts; the differences of paired requests do not.
+    The 95% interval of the median difference is a bootstrap over the pairs (2,000 resamples,
+    seeded, so a report is reproducible)."""
+    by = {}
+    for q in reqs:
+        by.setdefault((q.get("folder"), q["rep"], q["rid"]), {})[q["system"]] = q
+    print()
+    print(f"| system - {reference}, TTFT of the same request | turns | pairs | median difference (s) | "
+          f"95% interval (s) | mean difference (s) | {reference} faster in |")
+    print("|---|---|---|---|---|---|---|")
+    rng = random.Random(0)
+    for s in systems:
+        if s == reference:
+            continue
+        for name, pick in (("first", lambda t: t == 0), ("later", lambda t: t > 0), ("all", lambda t: True)):
+            d = [m[s]["ttft_s"] - m[reference]["ttft_s"] for m in by.values()
+                 if s in m and reference in m and pick(m[reference]["turn"])]
+            if not d:
+                continue
+            boot = sorted(statistics.median(rng.choices(d, k=len(d))) for _ in range(2000))
+            faster = sum(x > 0 for x in d)
+            print(f"| {s} | {name} | {len(d)} | {statistics.median(d):+.3f} | {boot[49]:+.3f} to {boot[1949]:+.3f} | "
+                  f"{statistics.mean(d):+.3f} | {faster} of {len(d)} |")
+
+
+def main(outs: list, reference: str = "kvtier") -> int:
     """Several folders of the same workload are pooled."""
     runs, reqs, totals = [], [], set()
     for out in outs:
@@ -27,7 +59,7 @@ def main(outs: list) -> int:
         with open(os.path.join(out, "runs.jsonl")) as f:
             runs += [json.loads(l) for l in f]
         with open(os.path.join(out, "requests.jsonl")) as f:
-            reqs += [json.loads(l) for l in f]
+            reqs += [dict(json.loads(l), folder=out) for l in f]
     if len(totals) != 1:
         raise SystemExit(f"different workloads: {totals}")
     total = totals.pop()
@@ -89,8 +121,14 @@ def main(outs: list) -> int:
             hits = [p["hit_ttft_s"] for p in ps]
             print(f"| {s} | {len(ps)} | {j(sorted({p['len'] for p in ps}))} | {j(p['miss_ttft_s'] for p in ps)} | "
                   f"{j(hits)} | {statistics.median(hits):.3f} | {j(p['hit_cached_tokens'] for p in ps)} |")
+    if reference in systems:
+        paired(reqs, systems, reference)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reference", default="kvtier", help="the system the others are paired against")
+    parser.add_argument("outs", nargs="+", help="bench.py output folders of one workload")
+    a = parser.parse_args()
+    sys.exit(main(a.outs, a.reference))

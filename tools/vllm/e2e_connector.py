@@ -240,6 +240,11 @@ def roundtrip(a, tmp, env, socket_a, socket_b) -> bool:
     lk_b = [e for e in ev_b if e["event"] == "lookup"]
     lk_a = [e for e in ev_a if e["event"] == "lookup"]
     landed_a = [r for e in ev_a if e["event"] == "landed" for r, n in e["reports"].items() for _ in range(n)]
+    # The saves' pages were copied after their steps while the scheduler held their blocks
+    # (kvtier.vllm.pins): every save job reported by every rank, no block held at the end.
+    copied_a = [e for e in ev_a if e["event"] == "copied"]
+    save_jobs_a = [e for e in ev_a if e["event"] == "save"]
+    reports_a = sum(n for e in copied_a for n in e["reports"].values())
     saves_a = {f[5:-4] for f in os.listdir(dump_a) if f.startswith("save-")}
     loads_b = sorted(f[5:-4] for f in os.listdir(dump_b) if f.startswith("load-"))
     same = differ = 0
@@ -288,6 +293,10 @@ def roundtrip(a, tmp, env, socket_a, socket_b) -> bool:
         f"every rank ({a.tp}) reported P's puts landed, once": bool(lk_a) and landed_a.count(lk_a[0]["req_id"]) == a.tp,
         "different prompt Q misses (0 matched)": len(lk_b) >= 2 and lk_b[1]["matched_tokens"] == 0,
         "no load errors": all(e.get("failed", 0) == 0 for e in ev_b if e["event"] == "load"),
+        "A's saves were copied after their steps, their blocks held until then and all given back":
+            bool(save_jobs_a) and all(e.get("after_step") for e in save_jobs_a) and bool(copied_a)
+            and reports_a == a.tp * len({int(p) for e in copied_a for p in e["reports"]})
+            and copied_a[-1]["held_blocks"] == 0,
     }
     loads_ev = [e for e in ev_b if e["event"] == "load"]
     want_async = a.async_load == "always" or (a.async_load == "auto" and a.tiers in ("disk", "shared"))

@@ -67,6 +67,7 @@ from kvtier.vllm.layout import (
     tail_lengths,
 )
 from kvtier.vllm.loader import BlockLoader, LoadJob
+from kvtier.vllm.pins import SavePins
 from kvtier.vllm.saver import BlockSaver, SaveJob
 
 logger = init_logger(__name__)
@@ -87,23 +88,30 @@ class KvtierConnectorMetadata(KVConnectorMetadata):
     # this step's forward, the asynchronous ones whenever they are ready
     loads: list = field(default_factory=list)
     # (req_id, parent key16 or None, [(block_id, key16)], tokens per block: 0 for whole
-    # blocks, fewer for a tail) to save after it
+    # blocks, fewer for a tail, pin) to save after it. pin: the scheduler's hold on the blocks
+    # (kvtier.vllm.pins), which the workers report once they copied the pages; None: nothing
+    # holds them, so they are copied on the step
     saves: list = field(default_factory=list)
 
 
 @dataclass
 class KvtierWorkerMetadata(KVConnectorWorkerMetadata):
     """Workers -> scheduler, once per step: the finished requests whose puts landed since the
-    last step, and on how many workers (vLLM aggregates the ranks' metadata with aggregate)."""
+    last step, the saves whose pages were copied (their pins), and on how many workers each
+    (vLLM aggregates the ranks' metadata with aggregate)."""
 
     landed: dict = field(default_factory=dict)  # req_id -> workers that reported it
+    copied: dict = field(default_factory=dict)  # pin -> workers that reported it
 
     def aggregate(self, other: KVConnectorWorkerMetadata) -> KVConnectorWorkerMetadata:
         assert isinstance(other, KvtierWorkerMetadata)
-        merged = dict(self.landed)
-        for req_id, count in other.landed.items():
-            merged[req_id] = merged.get(req_id, 0) + count
-        return KvtierWorkerMetadata(landed=merged)
+
+        def merge(a: dict, b: dict) -> dict:
+            merged = dict(a)
+            for k, count in b.items():
+                merged[k] = merged.get(k, 0) + count
+            return merged
+        return KvtierWorkerMetadata(landed=merge(self.landed, other.landed), copied=merge(self.copied, other.copied))
 
 
 class KvtierConnector(KVConnectorBase_V1):
@@ -206,6 +214,7 @@ class KvtierConnector(KVConnectorBase_V1):
         # their blocks), withdrawn once their loads are in a step: req_id -> [(client, expect id)]
         self._expected: dict[str, list] = {}
         self._landing = LandingSaves(_LANDING_WAIT_S, reporters=tp_size)
+        self._pins = SavePins(reporters=tp_size)
         # worker side
         self._layers: list = []  # (name, uint8 [num_blocks, page_bytes] view, page_bytes, offset)
         self._layer_index: dict = {}
@@ -221,6 +230,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._save_reqs: set = set()  # requests with saves in a step's metadata, until reported
         self._finishing: set = set()  # of them, finished in vLLM, reported once their puts landed
         self._landed: set = set()  # of those, landed and not yet in a step's worker metadata
+        self._copied: list = []  # pins of saves copied (or failed) and not yet in a step's worker metadata
         self._sync_jobs: list = []  # this step's, until the forward is done with them
         self._stall_s = 0.0  # how long this step's forward waited for its loads
         self._load_started: dict = {}  # req_id -> perf_counter at submit
@@ -299,9 +309,13 @@ class KvtierConnector(KVConnectorBase_V1):
         bb = self._block_bytes
         return self._save_shm_t[first_slot * bb:(first_slot + count) * bb].view(count, bb)
 
-    # The saver's callbacks (kvtier.vllm.saver.Pack on vLLM's thread, Put on the saver thread).
-    def _stage(self, block_ids, first_slot: int) -> None:
-        self._pack(block_ids, self._staging(first_slot, len(block_ids)))
+    # The saver's callbacks (kvtier.vllm.saver.Pack on its packer thread or vLLM's, Put on the
+    # saver thread).
+    def _stage(self, blocks, first_slot: int) -> None:
+        staged = self._staging(first_slot, len(blocks))
+        self._pack([b for b, _ in blocks], staged)
+        if self._dump_dir:
+            self._dump("save", [k for _, k in blocks], staged)
 
     def _put(self, parent, keys, first_slot: int, tokens: int) -> tuple:
         bb, shm = self._block_bytes, self._save_shm
@@ -410,27 +424,25 @@ class KvtierConnector(KVConnectorBase_V1):
         return  # the pages are copied from the registered tensors in wait_for_save
 
     def wait_for_save(self):
-        """Copies the pages of the blocks this step completed into the saver's staging and
-        queues their puts; returns once copied (or, when the staging is full, once a queued put
-        freed room: back-pressure, counted in save_waits)."""
+        """Hands the blocks this step completed to the saver. Their pages are copied after the
+        step, on the saver's packer thread, where the scheduler holds the blocks (a pin);
+        otherwise here, into the saver's staging, returning once copied (or, when the staging
+        is full, once a queued put freed room: back-pressure, counted in save_waits)."""
         self._finish_sync_loads()  # the forward has run; the pages saved below may be among them
         self._account_saves()
         if not self.has_connector_metadata():
             return
         meta = self._get_connector_metadata()
-        # Every rank reports the finished requests that saved (the scheduler counts the ranks),
-        # the ranks that do not save at once.
-        self._save_reqs.update(req_id for req_id, _, _, _ in meta.saves)
-        if not self._saves or not meta.saves or self._saver is None:
+        # Every rank reports the finished requests that saved and the saves it copied (the
+        # scheduler counts the ranks), the ranks that do not save at once.
+        self._save_reqs.update(req_id for req_id, _, _, _, _ in meta.saves)
+        if not self._saves or self._saver is None:
+            self._copied += [pin for _, _, _, _, pin in meta.saves if pin is not None]
             return
         t0 = time.perf_counter()
-        for req_id, parent, blocks, tokens in meta.saves:
-            job = SaveJob(req_id, parent, list(blocks), tokens)
-            self._saver.submit(job, self._stage)
-            if self._dump_dir:
-                back = torch.empty((len(blocks), self._block_bytes), dtype=torch.uint8)
-                self._pack([b for b, _ in blocks], back)
-                self._dump("save", [k for _, k in blocks], back)
+        for req_id, parent, blocks, tokens, pin in meta.saves:
+            job = SaveJob(req_id, parent, list(blocks), tokens, pin=pin)
+            self._saver.submit(job, self._stage, deferred=pin is not None)
         self.stats["save_s"] += time.perf_counter() - t0
 
     def _account_saves(self) -> None:
@@ -438,13 +450,15 @@ class KvtierConnector(KVConnectorBase_V1):
         if self._saver is None:
             return
         for job in self._saver.take_finished():
+            if job.pin is not None:
+                self._copied.append(job.pin)
             self.stats["saved_blocks"] += job.saved
             self.stats["refused_blocks"] += job.refused
             self.stats["skipped_blocks"] += job.skipped
             self.stats["failed_puts"] += job.failed_puts
             self._event(event="save", req_id=job.req_id, blocks=len(job.blocks), new=job.saved,
                         refused=job.refused, skipped=job.skipped, seconds=round(job.seconds, 4),
-                        step_seconds=round(job.step_seconds, 4))
+                        step_seconds=round(job.step_seconds, 4), after_step=job.pin is not None)
         st = self._saver.stats_snapshot()
         self.stats["save_waits"], self.stats["save_wait_s"] = st["waits"], st["wait_s"]
 
@@ -466,10 +480,11 @@ class KvtierConnector(KVConnectorBase_V1):
         return None, (done or None)
 
     def build_connector_worker_meta(self) -> Optional[KvtierWorkerMetadata]:
-        if not self._landed:
+        self._account_saves()
+        if not self._landed and not self._copied:
             return None
-        meta = KvtierWorkerMetadata(landed=dict.fromkeys(self._landed, 1))
-        self._landed = set()
+        meta = KvtierWorkerMetadata(landed=dict.fromkeys(self._landed, 1), copied=dict.fromkeys(self._copied, 1))
+        self._landed, self._copied = set(), []
         return meta
 
     def get_block_ids_with_load_errors(self) -> set[int]:
@@ -600,7 +615,22 @@ class KvtierConnector(KVConnectorBase_V1):
         meta = connector_output.kv_connector_worker_meta
         if isinstance(meta, KvtierWorkerMetadata):
             self._landing.landed(meta.landed)
+            self._pins.copied(meta.copied)
             self._event(event="landed", reports=meta.landed)
+            if meta.copied:
+                self._event(event="copied", reports=meta.copied, held_blocks=self._pins.held_blocks())
+
+    def bind_gpu_block_pool(self, gpu_block_pool) -> None:
+        # Saves hold their blocks here while the workers copy them after the step (pins.py).
+        self._pins.bind(gpu_block_pool)
+
+    def has_pending_push_work(self) -> bool:
+        # The workers' reports that free pinned blocks arrive only with a step.
+        return self._pins.pending()
+
+    def has_pending_block_frees(self) -> bool:
+        # Blocks come back when the saves' copies finish: wait for them rather than preempt.
+        return self._pins.pending()
 
     def _expect(self, req_id: str, chain) -> None:
         """Tells the server that a waiting request will read `chain` (vLLM's waiting queue is
@@ -653,7 +683,7 @@ class KvtierConnector(KVConnectorBase_V1):
             after = computed + so.num_scheduled_tokens.get(req_id, 0)
             parent, saves = plan.take_save(req.block_hashes, after)
             if saves:
-                meta.saves.append((req_id, parent, saves, 0))
+                meta.saves.append((req_id, parent, saves, 0, self._pins.pin([b for b, _ in saves])))
                 self._landing.sent(req_id, (k for _, k in saves))
             if self._tails_allowed(req):
                 try:
@@ -663,7 +693,8 @@ class KvtierConnector(KVConnectorBase_V1):
                     logger.warning("KvtierConnector: %s: no tail saved: %s", req_id, e)
                     tail = None
                 if tail is not None:
-                    meta.saves.append((req_id, *tail))  # (parent, blocks, tokens)
+                    parent, blocks, tokens = tail
+                    meta.saves.append((req_id, parent, blocks, tokens, self._pins.pin([b for b, _ in blocks])))
                     self._landing.sent(req_id, (k for _, k in tail[1]))
 
         # Requests vLLM parked in WAITING_FOR_REMOTE_KVS: they are not scheduled this step.
@@ -697,8 +728,9 @@ class KvtierConnector(KVConnectorBase_V1):
         self._async_to_start.discard(request.request_id)
         self._plans.pop(request.request_id, None)
         self._requests.pop(request.request_id, None)
-        # Its pages are already copied into the worker's staging, so vLLM frees its blocks now
-        # (holding them until the puts land starved the next prompt of blocks); its keys are
-        # landing until the workers report them (update_connector_output).
+        # vLLM frees its blocks now: those a save still reads are pinned until copied
+        # (pins.py), the rest go back at once (holding them all until the puts land starved the
+        # next prompt of blocks); its keys are landing until the workers report them
+        # (update_connector_output).
         self._landing.finished(request.request_id)
         return False, None

@@ -6,8 +6,8 @@ keys are "landing" until every worker reported that its puts landed (each rank r
 through the connector's worker metadata); a lookup whose next missing block is one of them is
 deferred (vLLM asks again next step) rather than computing what is about to be stored. A
 request's keys land at the latest ``wait_s`` after it finished, so a worker that never reports
-does not hold other requests forever. The request's engine blocks are not held meanwhile: its
-pages were copied into the saver's staging during its last step.
+does not hold other requests forever. The request's engine blocks are not held for that: those
+a save still reads are held only until its pages are copied (kvtier.vllm.pins).
 
 Not thread-safe: the connector's scheduler role uses it from vLLM's engine-core thread only.
 """

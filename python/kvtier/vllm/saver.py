@@ -1,30 +1,40 @@
 """The worker side's saves, run on one background thread (docs/vllm.md "Saves").
 
-wait_for_save, after the forward, hands each request's completed blocks to submit, which
-copies their pages (the pack callback, on vLLM's thread) into free slots of a staging ring
-(the saver's own shared-memory segment) and queues one put per chunk. vLLM may reuse or
-overwrite a block once the step returns (a finished request's blocks are freed, a preempted
-one's are given to another request), so the copy stays on the step; the put (a round trip and
-the server's copy into its tiers) runs on the saver thread while the next forward computes.
+wait_for_save, after the forward, hands each request's completed blocks to submit. Their pages
+are copied (the pack callback) into free slots of a staging ring (the saver's own shared-memory
+segment), one put per chunk; the put (a round trip and the server's copy into its tiers) runs
+on the saver thread while the next forward computes. Where the copy runs:
+- deferred (submit(..., deferred=True)): on the saver's packer thread, after the step returned.
+  The scheduler holds a reference on each of the save's blocks in vLLM's block pool until every
+  worker reported the job finished (kvtier.vllm.pins), so vLLM cannot give them to another
+  request meanwhile; the step pays nothing for the save.
+- on the caller's thread, before submit returns: where nothing holds the blocks (no block pool
+  bound), since vLLM may reuse or overwrite a block once the step returns (a finished request's
+  blocks are freed, a preempted one's given to another request).
 
 - Order: one thread puts the chunks first in, first out, so a chain's puts land in order and
   a child's put always follows its parent's. A chunk whose earlier chunk of the same job
   raised or was refused is skipped (it would have no parent), as the synchronous code did.
-- Back-pressure: a chunk waits in submit for free staging slots (the ring is freed in put
-  order); nothing is dropped. stats["waits"] and stats["wait_s"] count those waits.
+- Back-pressure: a chunk waits for free staging slots (the ring is freed in put order), in
+  submit or on the packer thread; nothing is dropped. stats["waits"] and stats["wait_s"] count
+  those waits. A job copied on the caller's thread waits for the deferred ones before it, so
+  puts stay in submission order.
 - Failures: a put that raises is logged and its blocks counted in refused_blocks and
   failed_puts; the thread goes on with the next job.
-- Shutdown: close flushes: it waits (up to a timeout) until every queued put has been sent,
-  then stops the thread; what is still queued after the timeout is abandoned, logged and
-  counted in abandoned_blocks.
+- Failures: a pack that raises fails the job's chunks not yet queued (counted as refused); on
+  the caller's thread it is re-raised, on the packer thread logged.
+- Shutdown: close flushes: it waits (up to a timeout) until every job is packed and every
+  queued put has been sent, then stops the threads; what is still queued after the timeout is
+  abandoned, logged and counted in abandoned_blocks.
 
 No torch, vLLM or kvtier import: the copies and puts are callbacks, so ordering, back-pressure,
 failures and shutdown are tested with plain Python (python/tests/test_vllm_saver.py).
 
-Thread-safety: one producer: submit, take_finished, pending, stats_snapshot, flush and close are called by
-vLLM's worker thread; put runs only on the saver thread, pack only on the caller of submit.
-State shared by the two is guarded by self._cv; a staging slot is written by pack only while
-it is reserved and not yet queued, and read by put only while queued, so the bytes need no lock.
+Thread-safety: one producer: submit, take_finished, pending, stats_snapshot, flush and close are
+called by vLLM's worker thread; put runs only on the saver thread, pack on the packer thread
+(deferred jobs) or the caller of submit (the others), never both at once. State shared by the
+three is guarded by self._cv; a staging slot is written by pack only while it is reserved and
+not yet queued, and read by put only while queued, so the bytes need no lock.
 """
 
 from __future__ import annotations
@@ -44,8 +54,9 @@ logger = logging.getLogger(__name__)
 # blocks in staging slots first_slot, first_slot + 1, ..., each holding `tokens` tokens (0: a
 # whole block); raises if the put failed.
 Put = Callable[[Optional[bytes], Sequence[bytes], int, int], tuple]
-# pack(block_ids, first_slot): copies those blocks' pages into the staging slots from first_slot.
-Pack = Callable[[Sequence[int], int], None]
+# pack(blocks, first_slot): copies the pages of blocks [(block_id, key)] into the staging slots
+# from first_slot.
+Pack = Callable[[Sequence[tuple], int], None]
 
 
 @dataclass
@@ -60,9 +71,10 @@ class SaveJob:
     skipped: int = 0  # blocks after a refusal or failure, not sent
     failed_puts: int = 0
     broken: bool = False  # a chunk was refused or failed: the rest of the job is skipped
+    pin: Optional[int] = None  # the scheduler's hold on the blocks (kvtier.vllm.pins), if any
     submitted: float = 0.0  # perf_counter at submit
     seconds: float = 0.0  # submit to the last chunk's put
-    step_seconds: float = 0.0  # of it, in submit (the copies, and waits for room)
+    step_seconds: float = 0.0  # of it, until the last chunk was copied (on the step unless deferred)
 
 
 @dataclass
@@ -89,31 +101,46 @@ class BlockSaver:
         self._queue: collections.deque = collections.deque()  # chunks queued or being put, in order
         self._queued = 0  # of them, not yet taken by the thread
         self._open: collections.Counter = collections.Counter()  # req_id -> unfinished jobs
+        self._to_pack: collections.deque = collections.deque()  # deferred (job, pack, ranges), in order
+        self._packing = False  # the packer thread is copying a job's chunks
         self._finished: list = []  # jobs done, not yet reported
         self._closed = False
         self.stats = {"jobs": 0, "chunks": 0, "saved_blocks": 0, "refused_blocks": 0, "skipped_blocks": 0,
                       "failed_puts": 0, "waits": 0, "wait_s": 0.0, "abandoned_blocks": 0}
         self._thread = threading.Thread(target=self._run, name="kvtier-saver", daemon=True)
         self._thread.start()
+        self._packer = threading.Thread(target=self._run_packer, name="kvtier-save-packer", daemon=True)
+        self._packer.start()
 
     # ----------------------------------------------------------- vLLM's worker thread
-    def submit(self, job: SaveJob, pack: Pack) -> None:
-        """Packs job's blocks into staging, chunk by chunk, and queues their puts. Waits while
-        the staging is full. A pack that raises fails the chunks not yet queued (they are
-        counted as refused and the job is skipped from there) and is re-raised."""
+    def submit(self, job: SaveJob, pack: Pack, deferred: bool = False) -> None:
+        """Packs job's blocks into staging, chunk by chunk, and queues their puts: on the packer
+        thread when deferred (submit returns at once), else here, waiting while the staging is
+        full and after the deferred jobs before it. A pack that raises fails the chunks not yet
+        queued (they are counted as refused and the job is skipped from there); here it is
+        re-raised."""
         job.submitted = time.perf_counter()
         ranges = batch_ranges(len(job.blocks), 1, self._chunk_slots)
         with self._cv:
             if self._closed:
                 raise RuntimeError("the saver is closed")
-            if not ranges:
-                return
-            job.chunks_left = len(ranges)
             self._open[job.req_id] += 1
+            job.chunks_left = len(ranges)
+            if not ranges:
+                self._finish_if_done_locked(job)
+                return
+            if deferred:
+                self._to_pack.append((job, pack, ranges))
+                self._cv.notify_all()
+                return
+            self._cv.wait_for(lambda: not self._to_pack and not self._packing)
+        self._pack_chunks(job, pack, ranges)
+
+    def _pack_chunks(self, job: SaveJob, pack: Pack, ranges: list) -> None:
         for i, (lo, hi) in enumerate(ranges):
             try:
                 first = self._reserve(hi - lo)
-                pack([b for b, _ in job.blocks[lo:hi]], first)
+                pack(job.blocks[lo:hi], first)
             except BaseException:
                 with self._cv:  # the chunks queued before it are put; the rest never exist
                     job.refused += len(job.blocks) - lo
@@ -144,9 +171,9 @@ class BlockSaver:
             return dict(self.stats)
 
     def flush(self, timeout: Optional[float] = None) -> bool:
-        """Waits until every queued put has been sent; False if timeout passed first."""
+        """Waits until every job is packed and every queued put sent; False if timeout passed first."""
         with self._cv:
-            return self._cv.wait_for(lambda: not self._queue, timeout)
+            return self._cv.wait_for(lambda: not self._queue and not self._to_pack and not self._packing, timeout)
 
     def close(self) -> None:
         """Flushes (up to close_timeout_s), abandons what is still queued, stops the thread."""
@@ -156,12 +183,15 @@ class BlockSaver:
         with self._cv:
             self._closed = True
             self._cv.notify_all()
+        self._packer.join(self._close_timeout)
         self._thread.join(self._close_timeout)
 
     # ----------------------------------------------------------------- internals
     def _reserve(self, n: int) -> int:
         """The first of n free contiguous staging slots; waits for the thread to free them."""
         with self._cv:
+            if self._closed:
+                raise RuntimeError("the saver is closed")
             first = self._place_locked(n)
             if first is not None:
                 return first
@@ -196,6 +226,29 @@ class BlockSaver:
             if self._open[job.req_id] <= 0:
                 del self._open[job.req_id]
             self.stats["jobs"] += 1
+
+    def _run_packer(self) -> None:
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: self._to_pack or self._closed)
+                if self._closed:  # flushed, or close timed out: abandon what is left
+                    abandoned = sum(len(job.blocks) for job, _, _ in self._to_pack)
+                    if abandoned:
+                        self.stats["abandoned_blocks"] += abandoned
+                        logger.warning("kvtier saver: %d blocks never copied at shutdown", abandoned)
+                    self._to_pack.clear()
+                    self._cv.notify_all()
+                    return
+                job, pack, ranges = self._to_pack.popleft()
+                self._packing = True
+            try:
+                self._pack_chunks(job, pack, ranges)
+            except Exception as e:  # noqa: BLE001: a failed copy must not stop later saves
+                logger.warning("kvtier saver: copying %d blocks for %s failed: %s", len(job.blocks), job.req_id, e)
+            finally:
+                with self._cv:
+                    self._packing = False
+                    self._cv.notify_all()
 
     def _run(self) -> None:
         while True:
