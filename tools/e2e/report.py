@@ -23,14 +23,21 @@ def pct(xs: list, q: float) -> float:
 
 def paired(reqs: list, systems: list, reference: str) -> None:
     """Each system against `reference` on the same requests (one workload: a request id names the
-    same prompt in every run; pairs are (folder, rep, request)). A percentile of a few dozen
+    same prompt in every run; pairs are (rep, request), or (folder, rep, request) when two
+    folders hold the same system's rep: number reps apart with bench.py --first-rep to pair
+    systems measured in different batches). A percentile of a few dozen
     requests whose TTFTs fall in two clusters (hits and short prompts against long misses)
     jumps between the clusters with small shifts; the differences of paired requests do not.
     The 95% interval of the median difference is a bootstrap over the pairs (2,000 resamples,
     seeded, so a report is reproducible)."""
+    seen = {}
+    for q in reqs:
+        seen.setdefault((q["system"], q["rep"], q["rid"]), set()).add(q.get("folder"))
+    apart = all(len(folders) == 1 for folders in seen.values())
     by = {}
     for q in reqs:
-        by.setdefault((q.get("folder"), q["rep"], q["rid"]), {})[q["system"]] = q
+        key = (q["rep"], q["rid"]) if apart else (q.get("folder"), q["rep"], q["rid"])
+        by.setdefault(key, {})[q["system"]] = q
     print()
     print(f"| system - {reference}, TTFT of the same request | turns | pairs | median difference (s) | "
           f"95% interval (s) | mean difference (s) | {reference} faster in |")

@@ -179,9 +179,9 @@ def main() -> int:
                 for i, b, k in runs:
                     dst[i:i + k, lay * page:(lay + 1) * page].copy_(caches[lay][b:b + k])
 
-        def put(parent, ks, first):
+        def put(parent, ks, first, tokens=0):  # kvtier.vllm.saver.Put
             r = save_client.put(ks, [sshm[(first + j) * bb:(first + j + 1) * bb] for j in range(len(ks))],
-                                parent=parent, tokens=16)
+                                parent=parent, tokens=tokens or 16)
             return r.new_blocks, r.refused_blocks
 
         sn, sids = a.save_blocks, ids[:a.save_blocks]
@@ -201,7 +201,7 @@ def main() -> int:
         for _ in range(a.repeat):
             job = SaveJob("r", None, list(zip(sids, new_keys())))
             t0 = time.perf_counter()
-            saver.submit(job, pack)
+            saver.submit(job, lambda blocks, first: pack([b for b, _ in blocks], first))
             step.append(time.perf_counter() - t0)
             assert saver.flush(60)
             landed.append(time.perf_counter() - t0)

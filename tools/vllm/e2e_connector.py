@@ -367,9 +367,11 @@ def ttft(a, tmp, env, socket, _=None) -> bool:
         ok = ok and sp > 1
     with open(ev_path) as f:
         evs = [json.loads(l) for l in f]
-    print("\nconnector time inside the engine (s): " + ", ".join(
-        f"{e['event']} {e['blocks']} blocks {e['seconds']} (the step's part {e.get('step_seconds', e['seconds'])})"
-        for e in evs if e["event"] == "save"))
+    def save_time(e: dict) -> str:
+        copy = "copied after the step in" if e.get("after_step") else "the step's part"
+        return f"{e['event']} {e['blocks']} blocks {e['seconds']} ({copy} {e.get('step_seconds', e['seconds'])})"
+
+    print("\nconnector time inside the engine (s): " + ", ".join(save_time(e) for e in evs if e["event"] == "save"))
     print("worker stats: " + json.dumps([e for e in evs if e["event"] == "worker_stats"]))
     print("loads (s): " + ", ".join(
         f"{e['blocks']} blocks: copy {e.get('copy_seconds')}, forward waited {e.get('forward_waited_seconds', '-')}"
