@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <functional>
 #include <mutex>
 #include <utility>
 
@@ -48,12 +49,6 @@ void ShardedPolicy::Touch(const BlockKey& key, TransitionType transition, double
 }
 
 void ShardedPolicy::TouchAll(std::span<const Hit> hits) {
-  if (shards_.size() == 1) {
-    Shard& shard = *shards_.front();
-    std::lock_guard lock(shard.lock);
-    for (const Hit& hit : hits) shard.policy->Touch(hit.key, hit.transition, shard.Tell(hit.at));
-    return;
-  }
   // One pass per shard that has hits, each in the hits' order; a bit per shard marks the ones
   // still to do.
   uint64_t pending = 0;
@@ -88,54 +83,48 @@ void ShardedPolicy::Expect(const BlockKey& key, std::optional<uint64_t> order) {
   shard.policy->Expect(key, order);
 }
 
-std::optional<std::pair<ShardedPolicy::Shard*, BlockKey>> ShardedPolicy::PickVictim() {
-  if (shards_.size() == 1) {
-    Shard& shard = *shards_.front();
-    std::lock_guard lock(shard.lock);
-    std::optional<BlockKey> victim = shard.policy->Victim();
-    if (!victim) return std::nullopt;
-    return std::pair{&shard, *victim};
+std::optional<ShardedPolicy::Picked> ShardedPolicy::PickVictim() {
+  const std::size_t n = shards_.size();
+  // Fullest first (sizes read without the locks: a snapshot may be stale by a block), then the
+  // lower index: each entry is resident << 6 | (63 - index), sorted descending. A policy whose
+  // victims have a standing is asked in every shard and gives the lowest (the fuller shard's on
+  // a tie); one without gives the fullest shard's victim.
+  std::array<uint64_t, kMaxShards> order;  // only the first n are set
+  for (std::size_t i = 0; i < n; ++i) {
+    order[i] = (uint64_t{shards_[i]->resident.load(std::memory_order_relaxed)} << 6) | (kMaxShards - 1 - i);
   }
-  // Fullest first (sizes read without the locks: a snapshot may be stale by a block). A policy
-  // whose victims have a standing is asked in every shard and gives the lowest (the fuller
-  // shard's on a tie); one without gives the fullest shard's victim.
-  std::array<std::pair<std::size_t, std::size_t>, kMaxShards> order;  // (resident, shard)
-  for (std::size_t i = 0; i < shards_.size(); ++i) order[i] = {shards_[i]->resident.load(std::memory_order_relaxed), i};
-  std::stable_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(shards_.size()),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::optional<std::pair<Shard*, BlockKey>> best;
-  VictimStanding best_standing;
-  for (std::size_t k = 0; k < shards_.size(); ++k) {
-    Shard& shard = *shards_[order[k].second];
+  if (n > 1) std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), std::greater<>());
+  std::optional<Picked> best;
+  for (std::size_t k = 0; k < n; ++k) {
+    Shard& shard = *shards_[kMaxShards - 1 - (order[k] & (kMaxShards - 1))];
     std::lock_guard lock(shard.lock);
-    const std::optional<StandingVictim> victim = shard.policy->VictimWithStanding();
+    std::optional<StandingVictim> victim = shard.policy->VictimWithStanding();
     if (!victim) continue;
-    if (!victim->standing) return std::pair{&shard, victim->key};
-    if (!best || *victim->standing < best_standing) best = std::pair{&shard, victim->key}, best_standing = *victim->standing;
+    if (!victim->standing) return Picked{&shard, *victim};
+    if (!best || *victim->standing < *best->victim.standing) best = Picked{&shard, *victim};
   }
   return best;
 }
 
 std::optional<BlockKey> ShardedPolicy::Victim() {
-  const auto picked = PickVictim();
+  const std::optional<Picked> picked = PickVictim();
   if (!picked) return std::nullopt;
-  return picked->second;
+  return picked->victim.key;
 }
 
 bool ShardedPolicy::ShouldAdmit(const ResidentBlock& block, double now_s) {
   // One shard is asked as the policy alone would be: no Victim call first (S3-FIFO's and ARC's
   // advance their queues).
-  const auto picked = shards_.size() == 1 ? std::nullopt : PickVictim();
-  Shard& shard = picked ? *picked->first : ShardOf(block.key);
+  const std::optional<Picked> picked = shards_.size() == 1 ? std::nullopt : PickVictim();
+  Shard& shard = picked ? *picked->shard : ShardOf(block.key);
   std::lock_guard lock(shard.lock);
   return shard.policy->ShouldAdmit(block, shard.Tell(now_s));
 }
 
 std::optional<EvictionPolicy::StandingVictim> ShardedPolicy::VictimWithStanding() {
-  const auto picked = PickVictim();
+  const std::optional<Picked> picked = PickVictim();
   if (!picked) return std::nullopt;
-  std::lock_guard lock(picked->first->lock);
-  return picked->first->policy->VictimWithStanding();
+  return picked->victim;
 }
 
 std::size_t ShardedPolicy::size() const {

@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -42,7 +43,8 @@ namespace kvtier {
 
 class ShardedPolicy final : public EvictionPolicy {
  public:
-  static constexpr uint32_t kMaxShards = 64;
+  static constexpr uint32_t kMaxShards = 64;  // a power of two: PickVictim masks indices with it
+  static_assert(std::has_single_bit(kMaxShards));
 
   // `options.shards` policies of `kind` (a power of two, 1 to kMaxShards), each with an even
   // share of `options.capacity_blocks`. `predictor` as NewEvictionPolicy takes it.
@@ -96,7 +98,11 @@ class ShardedPolicy final : public EvictionPolicy {
     return shards_.size() == 1 ? 0 : static_cast<std::size_t>(mixed >> shift_);
   }
   // The shard to take the next victim from, and that victim; nullopt when no shard has one.
-  std::optional<std::pair<Shard*, BlockKey>> PickVictim();
+  struct Picked {
+    Shard* shard = nullptr;
+    StandingVictim victim;
+  };
+  std::optional<Picked> PickVictim();
 
   std::vector<std::unique_ptr<Shard>> shards_;
   int shift_ = 64;  // 64 - log2(shards)
