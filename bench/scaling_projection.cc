@@ -46,20 +46,27 @@ void AddLockFields(const LockReadings& before, const LockReadings& after, uint64
   const double wait_us = (metadata_after.exclusive_wait_seconds - metadata_before.exclusive_wait_seconds +
                           metadata_after.shared_wait_seconds - metadata_before.shared_wait_seconds) /
                          n * 1e6;
-  // Each tier's lock is a serial section of its own: the busiest one bounds, not their sum.
-  double tier_hold_us = 0;
-  for (const auto& [tier, seconds] : after.tier_hold_seconds) {
-    const auto was = before.tier_hold_seconds.find(tier);
-    const double held = seconds - (was != before.tier_hold_seconds.end() ? was->second : 0);
-    tier_hold_us = std::max(tier_hold_us, held / n * 1e6);
-  }
+  // Each tier's lock (each index shard's) is a serial section of its own: the busiest one
+  // bounds, not their sum.
+  const auto busiest_and_total = [n](const std::map<std::string, double>& was, const std::map<std::string, double>& now) {
+    std::pair<double, double> us{0, 0};
+    for (const auto& [labels, seconds] : now) {
+      const auto before_it = was.find(labels);
+      const double held = (seconds - (before_it != was.end() ? before_it->second : 0)) / n * 1e6;
+      us.first = std::max(us.first, held);
+      us.second += held;
+    }
+    return us;
+  };
+  const double tier_hold_us = busiest_and_total(before.tier_hold_seconds, after.tier_hold_seconds).first;
+  const auto [index_hold_us, index_total_hold_us] = busiest_and_total(before.index_hold_seconds, after.index_hold_seconds);
   entry["lock_hold_us_per_op"] = hold_us;
   entry["lock_wait_us_per_op"] = wait_us;
   entry["lock_acquisitions_per_op"] =
       static_cast<double>(metadata_after.exclusive_acquisitions - metadata_before.exclusive_acquisitions) / n;
   entry["tier_lock_hold_us_per_op"] = tier_hold_us;
-  const double index_hold_us = (after.index_hold_seconds - before.index_hold_seconds) / n * 1e6;
   entry["index_lock_hold_us_per_op"] = index_hold_us;
+  entry["index_lock_total_hold_us_per_op"] = index_total_hold_us;
   const OperationCost cost{.cpu_us = NumberOr(entry, cpu_field, 0),
                            .lock_hold_us = hold_us,
                            .tier_lock_hold_us = tier_hold_us,

@@ -47,11 +47,13 @@ nlohmann::json ProjectScaling(const OperationCost& cost, int cores);
 struct LockReadings {
   LockProfile metadata;
   std::map<std::string, double> tier_hold_seconds;
-  double index_hold_seconds = 0;  // the prefix index's lock (0 from a daemon that exports none)
+  // The prefix index's, keyed by each shard's label set (empty from a daemon that exports none).
+  std::map<std::string, double> index_hold_seconds;
 };
 
 // Adds lock_hold_us_per_op, lock_wait_us_per_op (both modes), tier_lock_hold_us_per_op (the
-// busiest tier's) and `projected` (ProjectScaling for 64 cores) to a phase's JSON entry, from
+// busiest tier's), index_lock_hold_us_per_op (the busiest index shard's; and its total over
+// the shards, index_lock_total_hold_us_per_op) and `projected` (ProjectScaling for 64 cores) to a phase's JSON entry, from
 // the locks read before and after it, `ops` operations and the entry's own CPU time per
 // operation (`cpu_field`) and, when `event_loop_cpu_field` is not null, its event loops' CPU
 // time per operation.

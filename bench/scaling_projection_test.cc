@@ -99,12 +99,24 @@ TEST(AddLockFields, PerOperationFieldsAndTheProjectionFromTheEntrysCosts) {
 
 TEST(AddLockFields, TheIndexLocksHoldPerOperation) {
   // 3 ms of inserts over 100 operations: 30 us each, 33,333/s, below the CPU's 213,333/s.
-  const LockReadings before{.index_hold_seconds = 2.0};
-  const LockReadings after{.index_hold_seconds = 2.003};
+  const LockReadings before{.index_hold_seconds = {{"", 2.0}}};
+  const LockReadings after{.index_hold_seconds = {{"", 2.003}}};
   nlohmann::json entry = {{"cpu_us_per_op", 300.0}};
   AddLockFields(before, after, 100, "cpu_us_per_op", nullptr, entry);
   EXPECT_NEAR(entry["index_lock_hold_us_per_op"].get<double>(), 30, 1e-6);
   EXPECT_EQ(entry["projected"]["bound"], "index lock");
+}
+
+TEST(AddLockFields, TheBusiestIndexShardBounds) {
+  // Shard 0 held 1 ms, shard 1 0.5 ms over 100 operations: 10 us binds, 15 us were spent.
+  const LockReadings before{.index_hold_seconds = {{R"({shard="0"})", 1.0}, {R"({shard="1"})", 1.0}}};
+  const LockReadings after{.index_hold_seconds = {{R"({shard="0"})", 1.001}, {R"({shard="1"})", 1.0005}}};
+  nlohmann::json entry = {{"cpu_us_per_op", 300.0}};
+  AddLockFields(before, after, 100, "cpu_us_per_op", nullptr, entry);
+  EXPECT_NEAR(entry["index_lock_hold_us_per_op"].get<double>(), 10, 1e-6);
+  EXPECT_NEAR(entry["index_lock_total_hold_us_per_op"].get<double>(), 15, 1e-6);
+  EXPECT_EQ(entry["projected"]["bound"], "index lock");  // 100,000/s, below the CPU's 213,333/s
+  EXPECT_NEAR(entry["projected"]["ops_per_s"].get<double>(), 1e5, 1e-3);
 }
 
 TEST(AddLockFields, TheBusiestTiersLockIsTheTierBound) {

@@ -383,7 +383,8 @@ Result<PhaseResult> RunBaseline(const ServeBenchmarkOptions& o, int clients, boo
                             .persist = o.persist,
                             .dram_prefault = prefault,
                             .dram_mib = o.dram_mib,
-                            .policy_shards = o.policy_shards}),
+                            .policy_shards = o.policy_shards,
+                            .index_shards = o.index_shards}),
                        "bench serve"));
   config.metrics_port = -1;
   config.server.tcp = false;
@@ -425,6 +426,7 @@ Result<ServiceResult> RunService(const ServeBenchmarkOptions& o, int clients, bo
                                                         .dram_prefault = prefault,
                                                         .dram_mib = o.dram_mib,
                                                         .policy_shards = o.policy_shards,
+                                                        .index_shards = o.index_shards,
                                                         .max_connections = static_cast<uint32_t>(clients) + 16,
                                                         .workers = o.workers,
                                                         .max_workers = o.max_workers}));
@@ -546,6 +548,9 @@ Status ServeBenchmarkOptions::Validate() const {
   if (policy_shards > 64 || (policy_shards > 0 && !std::has_single_bit(policy_shards))) {
     return Status::InvalidArgument("--policy-shards must be 0 (the daemon's default) or a power of two to 64");
   }
+  if (index_shards > 64 || (index_shards > 0 && !std::has_single_bit(index_shards))) {
+    return Status::InvalidArgument("--index-shards must be 0 (the daemon's default) or a power of two to 64");
+  }
   if (load_threads < 1 || load_threads > 64) return Status::InvalidArgument("--load-threads must be 1 to 64");
   if (loops_per_core > 16) return Status::InvalidArgument("--loops-per-core must be 0 to 16");
   if (workers > 1024) return Status::InvalidArgument("--workers must be 0 to 1,024");
@@ -636,6 +641,7 @@ Result<std::string> RunServeBenchmark(const ServeBenchmarkOptions& options) {
         {"dram_prefault", options.dram_prefault},
         {"dram_mib", options.dram_mib},
         {"policy_shards", options.policy_shards > 0 ? options.policy_shards : kServePolicyShards},
+        {"index_shards", options.index_shards > 0 ? options.index_shards : kServeIndexShards},
         {"seed", options.seed}}}};
   return out.dump(2) + "\n";
 }

@@ -65,6 +65,8 @@ struct ServeBenchmarkOptions {
   uint64_t dram_mib = 1024;                    // Default: 1 GiB
   // The shards of each tier's policy in the daemons and the baseline (store.policy_shards).
   uint32_t policy_shards = 0;                  // Default: 0 = the daemon's default (kServePolicyShards)
+  // The shards of the prefix index in the daemons and the baseline (store.index_shards).
+  uint32_t index_shards = 0;                   // Default: 0 = the daemon's default (kServeIndexShards)
   bool lookups = true;                         // Default: run the lookup phases (--no-lookups skips them)
   uint64_t seed = 1;                           // Default: 1
   bool json_flag = false;                      // --json; the output is always JSON

@@ -93,6 +93,7 @@ std::string ServeDaemonConfigYaml(const ServeDaemonOptions& o) {
     << "  - kind: nvme\n    name: disk\n    files: [" << o.dir << "/disk/slab.0]\n    capacity: 4GiB\n"
     << "store:\n  persistence: " << (o.persist ? "write_through" : "none") << "\n"
     << (o.policy_shards > 0 ? "  policy_shards: " + std::to_string(o.policy_shards) + "\n" : "")
+    << (o.index_shards > 0 ? "  index_shards: " + std::to_string(o.index_shards) + "\n" : "")
     << "listen:\n  unix_socket: " << o.dir << "/kvtier.sock\n  tcp: true\n  tcp_host: 127.0.0.1\n  tcp_port: 0\n"
     << "  metrics_host: 127.0.0.1\n  metrics_port: 0\n"
     << "limits:\n  max_connections: " << o.max_connections << "\n  io_timeout_ms: 10000\n"
@@ -220,8 +221,11 @@ Result<MetricsSample> ServeDaemon::Metrics(const std::string& op) const {
     KVTIER_ASSIGN_OR_RETURN(*value, MetricSample(text, name));
   }
   m.locks.tier_hold_seconds = LabelledSamples(text, "kvtier_tier_lock_hold_seconds_total");
-  if (Result<double> index = MetricSample(text, "kvtier_index_lock_hold_seconds_total"); index.ok()) {
-    m.locks.index_hold_seconds = *index;
+  m.locks.index_hold_seconds = LabelledSamples(text, "kvtier_index_lock_hold_seconds_total");
+  if (m.locks.index_hold_seconds.empty()) {  // a daemon from before the index's shards: one lock, no label
+    if (Result<double> index = MetricSample(text, "kvtier_index_lock_hold_seconds_total"); index.ok()) {
+      m.locks.index_hold_seconds[""] = *index;
+    }
   }
   m.request.count = static_cast<uint64_t>(count);
   m.locks.metadata.exclusive_acquisitions = static_cast<uint64_t>(acquisitions);

@@ -27,6 +27,7 @@ struct ServeDaemonOptions {
   bool dram_prefault = true;     // the DRAM tier's `prefault` option
   uint64_t dram_mib = 1024;      // the DRAM tier's capacity
   uint32_t policy_shards = 0;    // store.policy_shards; 0 = the daemon's default (kServePolicyShards)
+  uint32_t index_shards = 0;     // store.index_shards; 0 = the daemon's default (kServeIndexShards)
   uint32_t max_connections = 256;
   int cores = 0;                 // pinned to the first `cores` CPUs this process may use; 0 = not pinned
   uint32_t event_loops = 0;      // limits.event_loops; 0 = the daemon's default

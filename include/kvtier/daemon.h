@@ -34,6 +34,11 @@ enum class PersistChoice { kNone, kWriteThrough, kOnShutdown };
 // sharding would change, keep one policy unless the setting asks otherwise. A library store
 // keeps one policy unless told otherwise.
 inline constexpr uint32_t kServePolicyShards = 8;
+// The shards of the prefix index in `kvtier serve` when `store.index_shards` is not set
+// (StoreOptions::index_shards): puts of different chains index their blocks under different
+// locks; a lookup takes one shared lock per shard its keys fall in (at most this many). A
+// library store keeps one.
+inline constexpr uint32_t kServeIndexShards = 8;
 
 struct ServeConfig {
   TierConfig tiers;

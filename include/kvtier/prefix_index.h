@@ -14,16 +14,27 @@
 // (`MemoryBytes()`). Placement per head group (head-granular eviction) will live in a side
 // table that only blocks split across tiers use.
 //
-// Eviction only removes unpinned leaves (a child is useless without its parent).
-// EvictableLeaves() walks a list of the current leaves in the order they became leaves, so
-// leaf-first candidates cost O(candidates), not O(blocks).
+// Eviction only removes unpinned leaves (a child is useless without its parent); which ones
+// is the caller's policy (the store's eviction policies).
 //
-// Thread-safety and locking: one reader-writer lock (`mutex_`; writers first, so that a
-// stream of lookups cannot keep an insert waiting; profiled, Stats::lock). Lookups, Find,
-// Pin/unpin, Touch, tier updates and iteration take it shared; node fields they change are
-// atomics. Insert, Evict and SetTags take it exclusive: the serial part of a store whose
-// puts run side by side (docs/store.md, "Locking"). Nothing else is locked while it is held,
-// and no callback runs under it except ForEachBlock's visitor (which must not call the index).
+// Shards. The index is `PrefixIndexOptions::shards` indexes of the same kind, a key's shard
+// chosen by a mix of the key: each with its own table, nodes and lock. A block and its parent
+// may live in different shards; a node names its parent by an id that says the parent's
+// shard. With one shard the index is one table under one lock, as it always was.
+//
+// Thread-safety and locking: each shard has one reader-writer lock (writers first, so that a
+// stream of lookups cannot keep an insert waiting; profiled, Stats::shard_locks). Lookups,
+// Find, Pin/unpin, Touch, tier updates and iteration take the shards of their keys shared;
+// node fields they change are atomics. Inserting a block first claims its parent under the
+// parent's shard shared (raises its atomic count of children, which keeps evictions off it),
+// then indexes the block under its own shard exclusively; evicting a block and SetTags take
+// its shard exclusively. That is the serial part of a store whose puts run side by side
+// (docs/store.md, "Locking"), which puts of different chains meet in only where their blocks
+// fall in one shard. Lock order: a writer holds one shard at a time; a reader takes the shards
+// of one call's keys shared, in ascending order. A parent's node is read, and its count of
+// children changed, without its shard held exclusively only while a claim or a child keeps
+// it from being evicted. Nothing else is locked while a shard is held, and no callback runs
+// under one except ForEachBlock's visitor (which must not call the index).
 #pragma once
 
 #include <atomic>
@@ -66,8 +77,13 @@ struct BlockInfo {
 
 struct PrefixIndexOptions {
   // Default: 65536. The table and the nodes for them are allocated (and faulted in) at
-  // construction; both grow past it, under the index's lock.
+  // construction; both grow past it, under the lock of the shard that grows.
   std::size_t expected_blocks = 1 << 16;
+  // Shards, each with its own lock: a power of two from 1 to kMaxShards. More let writers of
+  // different chains run side by side; a lookup takes one more shared lock per shard its keys
+  // fall in. Default: 1 (`kvtier serve`: kServeIndexShards).
+  uint32_t shards = 1;
+  static constexpr uint32_t kMaxShards = 64;
   Status Validate() const;
 };
 
@@ -104,7 +120,8 @@ class PrefixIndex {
     uint64_t hit_blocks = 0;
     uint64_t collisions = 0;
     uint64_t evictions = 0;
-    LockProfile lock;  // the index's lock: how long inserts and evictions held it
+    LockProfile lock;  // the shards' locks added up: how long inserts and evictions held them
+    std::vector<LockProfile> shard_locks;  // each shard's: the busiest one is the serial part
   };
 
   explicit PrefixIndex(PrefixIndexOptions options = {});
@@ -150,9 +167,6 @@ class PrefixIndex {
   // Removes an unpinned leaf. FailedPrecondition when it has children or pins.
   Status Evict(const BlockKey& key);
 
-  // Up to `max` unpinned leaves, oldest leaf first.
-  std::vector<BlockKey> EvictableLeaves(std::size_t max) const;
-
   // Every block, each after its parent. The visitor must not call the index.
   void ForEachBlock(const std::function<void(const BlockInfo&)>& visitor) const;
 
@@ -164,28 +178,42 @@ class PrefixIndex {
   friend class PinnedBlocks;
   struct Node;
   class NodeArena;
+  class SlotArray;
+  struct Shard;
+  class SharedShards;
 
+  uint32_t ShardOfKey(const BlockKey& key) const;
+  uint64_t MaskOf(std::span<const BlockKey> keys) const;  // a bit per shard the keys fall in
+  uint32_t ShardOfNode(uint32_t id) const;
+  Node& NodeAt(uint32_t id);
+  const Node& NodeAt(uint32_t id) const;
+  // The slot of `key` in its shard (held in any mode), or the shard's slot count.
+  std::size_t FindSlotIn(const Shard& shard, const BlockKey& key) const;
+  // The node of `key` in its shard (held in any mode), or kNoNode.
+  uint32_t FindNode(const Shard& shard, const BlockKey& key) const;
+  // One block of Insert, with its shard held exclusively and its parent claimed: its node,
+  // and whether it was new.
+  struct Indexed {
+    uint32_t id;
+    bool added;
+  };
+  Result<Indexed> InsertOneLocked(Shard& shard, const BlockKey& key, const BlockMeta& meta, uint64_t now,
+                                  uint32_t parent, std::size_t position, std::size_t inserted_before);
+  // Counts a child of `parent` in advance (with its shard held, in any mode), so that it is
+  // not evicted; ReleaseChild takes the count back (no lock needed: the parent is not
+  // touched after).
+  void ClaimChild(uint32_t parent);
+  void ReleaseChild(uint32_t parent);
   void Unpin(std::span<const uint32_t> nodes) const;
   BlockInfo InfoLocked(uint32_t id) const;
-  void InsertSlotLocked(uint64_t hash, uint32_t id);
-  void EraseSlotLocked(std::size_t slot);
-  void GrowTableLocked();
-  void AppendLeafLocked(uint32_t id);
-  void UnlinkLeafLocked(uint32_t id);
+  void InsertSlotLocked(Shard& shard, uint64_t hash, uint32_t id);
+  void EraseSlotLocked(Shard& shard, std::size_t slot);
+  void GrowTableLocked(Shard& shard);
 
-  std::unique_ptr<ProfiledRwMutex> mutex_;
-  std::unique_ptr<NodeArena> arena_;  // GUARDED_BY(mutex_) for structure; node atomics are lock-free
-  // Open addressing with linear probing over 16-byte slots (a hash of the key, node id,
-  // parent id) in huge pages. GUARDED_BY(mutex_).
-  class SlotArray;
-  static std::unique_ptr<SlotArray> NewSlots(std::size_t count);
-  std::unique_ptr<SlotArray> slots_;
-  std::size_t used_ = 0;             // GUARDED_BY(mutex_)
-  uint32_t leaf_head_;               // oldest leaf; GUARDED_BY(mutex_)
-  uint32_t leaf_tail_;               // GUARDED_BY(mutex_)
-  std::size_t leaves_ = 0;           // GUARDED_BY(mutex_)
+  uint32_t shard_bits_ = 0;   // log2 of the shard count
+  uint32_t local_bits_ = 32;  // a node id is (shard << local_bits_) | its number in the shard
+  std::vector<std::unique_ptr<Shard>> shards_;
   mutable std::atomic<uint64_t> lookups_{0}, hit_blocks_{0}, collisions_{0};
-  uint64_t evictions_ = 0;           // GUARDED_BY(mutex_)
 };
 
 }  // namespace kvtier

@@ -109,6 +109,10 @@ struct StoreOptions {
   // they grow on demand, under the metadata lock (a pause of milliseconds per step for large
   // indexes): set it to the blocks the tiers hold when full. Default: 65,536; at most 2^31.
   std::size_t expected_blocks = std::size_t{1} << 16;
+  // Shards of the prefix index, each with its own lock (prefix_index.h): puts of different
+  // chains index their blocks side by side. A power of two from 1 to 64. Default: 1 (`kvtier
+  // serve`: kServeIndexShards).
+  uint32_t index_shards = 1;
   std::size_t max_queued_moves = 1024;  // Default: 1024 moves waiting, then producers wait
   bool synchronous_moves = false;    // Default: false (trace replay sets it: deterministic)
   // With a shared tier (Tier::shared): publish a put there in the background, on the movers
@@ -251,9 +255,12 @@ struct StoreStats {
   // The one lock over the store's metadata (index, block table, policies): time held
   // exclusively (Put, the movers' bookkeeping, the end of a Get) and waited for.
   LockProfile metadata_lock;
-  // The prefix index's own lock (prefix_index.h): every insert and eviction of a block holds
-  // it exclusively, a serial part that puts of different chains still share.
+  // The prefix index's own locks (prefix_index.h), one per shard (StoreOptions::index_shards):
+  // every insert and eviction of a block holds its shard and its parent's exclusively, a
+  // serial part that puts of different chains share only within a shard. `index_lock` adds
+  // the shards up.
   LockProfile index_lock;
+  std::vector<LockProfile> index_shard_locks;
 };
 
 class StorePin;

@@ -40,6 +40,8 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   index->add_option("--chain-length", options->chain_length, "Blocks per request")->capture_default_str();
   index->add_option("--lookups", options->lookups, "Longest-prefix lookups")->capture_default_str();
   index->add_option("--hash-blocks", options->hash_blocks, "Blocks hashed per algorithm")->capture_default_str();
+  index->add_option("--shards", options->shards, "Shards of the prefix index (a power of two to 64)")->capture_default_str();
+  index->add_option("--threads", options->threads, "Threads inserting at once in the parallel phase")->capture_default_str();
   index->add_option("--seed", options->seed, "Workload seed")->capture_default_str();
   index->add_flag("--json", options->json_flag, "Print JSON (the only format; accepted for symmetry)");
   OnRun(index, options, &bench::RunIndexBenchmark, exit_code);
@@ -131,6 +133,9 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   serve->add_option("--policy-shards", serve_options->policy_shards,
                     "Shards of each tier's eviction policy in the daemon and the baseline (0: the daemon's default)")
+      ->capture_default_str();
+  serve->add_option("--index-shards", serve_options->index_shards,
+                    "Shards of the prefix index in the daemon and the baseline (0: the daemon's default)")
       ->capture_default_str();
   serve->add_flag("!--no-lookups", serve_options->lookups, "Skip the lookup phases (put+get phases only)");
   serve->add_option("--seed", serve_options->seed, "Workload seed")->capture_default_str();

@@ -4,8 +4,11 @@
 #include "util/profiled_rw_mutex.h"
 
 #include <algorithm>
+#include <bit>
+#include <chrono>
 #include <mutex>
 #include <shared_mutex>
+#include <unordered_map>
 
 namespace kvtier {
 namespace {
@@ -52,10 +55,11 @@ struct PrefixIndex::Node {
   BlockKey key;
   uint64_t fingerprint = 0;
   uint32_t parent = kNoNode;
-  uint32_t children = 0;                     // changed only under the exclusive lock
-  uint32_t leaf_prev = kNoNode, leaf_next = kNoNode;
+  // Changed by a child's insert under this node's shard held shared (which keeps an evict of
+  // this node out) and by a child's evict after the child is gone.
+  std::atomic<uint32_t> children{0};
   uint32_t size_bytes = 0;
-  std::atomic<uint32_t> pins{0};
+  mutable std::atomic<uint32_t> pins{0};  // Pin and Unpin are const: pins change no lookup
   std::atomic<uint64_t> last_access{0};
   std::atomic<uint32_t> access_count{0};
   std::atomic<TierMask> tiers{0};
@@ -74,57 +78,116 @@ struct PrefixIndex::Node {
 };
 
 // Nodes in fixed chunks, so that their addresses never move (they hold atomics) and a node
-// id is 32 bits. The chunks for the blocks the index expects are allocated up front: a
-// chunk's first touch faults in two huge pages, which the kernel may first have to compact
-// (tens of milliseconds, measured on the first lookup of a node reading a shared pool), and
-// Allocate runs under the store's exclusive lock. Past the expected blocks a chunk is still
-// added on demand, under that lock.
+// id is 32 bits. The chunks for the blocks the shard expects are allocated up front: a
+// chunk's first touch faults in huge pages, which the kernel may first have to compact (tens
+// of milliseconds, measured on the first lookup of a node reading a shared pool), and
+// Allocate runs under the shard's exclusive lock. Past the expected blocks a chunk is still
+// added on demand, under that lock. The list of chunks has room for the most the shard may
+// hold from the start, so a thread reading a parent in another shard (prefix_index.h) never
+// reads it while it moves.
 class PrefixIndex::NodeArena {
  public:
-  explicit NodeArena(std::size_t expected_blocks) {
-    for (std::size_t n = 0; n < expected_blocks; n += kChunkSize) chunks_.emplace_back(kChunkSize);
+  // `base`: the id of the shard's first node; `max_nodes`: how many ids it may give.
+  NodeArena(std::size_t expected_blocks, uint32_t chunk_bits, uint32_t base, std::size_t max_nodes)
+      : chunk_bits_(chunk_bits), base_(base), max_chunks_(max_nodes >> chunk_bits) {
+    chunks_.reserve(max_chunks_);
+    for (std::size_t n = 0; n < expected_blocks; n += chunk_size()) chunks_.emplace_back(chunk_size());
   }
 
-  Node& at(uint32_t id) { return chunks_[id >> kChunkBits][id & (kChunkSize - 1)]; }
-  const Node& at(uint32_t id) const { return chunks_[id >> kChunkBits][id & (kChunkSize - 1)]; }
+  // `local`: the node's number in the shard (its id less the shard's base).
+  Node& at(uint32_t local) { return chunks_[local >> chunk_bits_][local & (chunk_size() - 1)]; }
+  const Node& at(uint32_t local) const { return chunks_[local >> chunk_bits_][local & (chunk_size() - 1)]; }
 
+  // A node's id (the shard's base added).
   Result<uint32_t> Allocate() {
     if (!free_.empty()) {
-      const uint32_t id = free_.back();
+      const uint32_t local = free_.back();
       free_.pop_back();
-      return id;
+      return base_ | local;
     }
-    if (next_ == chunks_.size() * kChunkSize) {
-      if (chunks_.size() == (std::size_t{kNoNode} >> kChunkBits)) {
-        return Status::ResourceExhausted("the prefix index holds its maximum of 2^32 - 65536 blocks");
+    if (next_ == chunks_.size() * chunk_size()) {
+      if (chunks_.size() == max_chunks_) {
+        return Status::ResourceExhausted("the prefix index's shard holds its maximum of " +
+                                         std::to_string((max_chunks_ << chunk_bits_)) + " blocks");
       }
-      chunks_.emplace_back(kChunkSize);
+      chunks_.emplace_back(chunk_size());
     }
-    return static_cast<uint32_t>(next_++);
+    return base_ | static_cast<uint32_t>(next_++);
   }
 
-  void Free(uint32_t id) {
-    Node& node = at(id);
+  void Free(uint32_t local) {
+    Node& node = at(local);
     node.pins.store(0, std::memory_order_relaxed);
     node.access_count.store(0, std::memory_order_relaxed);
     node.tiers.store(0, std::memory_order_relaxed);
-    node.children = 0;
-    node.leaf_prev = node.leaf_next = kNoNode;
-    free_.push_back(id);
+    node.children.store(0, std::memory_order_relaxed);
+    free_.push_back(local);
   }
 
-  std::size_t capacity() const { return chunks_.size() * kChunkSize; }
-  std::size_t MemoryBytes() const { return chunks_.size() * kChunkSize * sizeof(Node) + free_.capacity() * sizeof(uint32_t); }
-  // Chunks are 4 MiB: two huge pages each.
+  std::size_t capacity() const { return chunks_.size() * chunk_size(); }
+  std::size_t MemoryBytes() const { return capacity() * sizeof(Node) + free_.capacity() * sizeof(uint32_t); }
 
  private:
+  std::size_t chunk_size() const { return std::size_t{1} << chunk_bits_; }
+
+  const uint32_t chunk_bits_;
+  const uint32_t base_;
+  const std::size_t max_chunks_;
   std::vector<HugePageArray<Node>> chunks_;
   std::vector<uint32_t> free_;
   std::size_t next_ = 0;
 };
 
+// One shard: a table and its nodes, under its own lock (prefix_index.h).
+struct PrefixIndex::Shard {
+  Shard(std::size_t expected, uint32_t chunk_bits, uint32_t base, std::size_t max_nodes)
+      : arena(expected, chunk_bits, base, max_nodes),
+        slots(NewSlots(std::max<std::size_t>(16, expected * 10 / 7 + 1))) {}
+
+  // Room for `expected` blocks at a load of 0.7, below the 0.75 that triggers growth.
+  static std::unique_ptr<SlotArray> NewSlots(std::size_t count) {
+    auto slots = std::make_unique<SlotArray>(count);
+    for (Slot& slot : *slots) slot = Slot{0, kNoNode, kNoNode};
+    return slots;
+  }
+
+  // Its sections last a fraction of a microsecond: a writer or reader that finds it taken
+  // spins for 2 us before it sleeps (measured: docs/index.md, "Shards").
+  mutable ProfiledRwMutex mutex{std::chrono::microseconds(2)};
+  NodeArena arena;                  // GUARDED_BY(mutex) for structure; node atomics are lock-free
+  // Open addressing with linear probing over 16-byte slots (a hash of the key, node id,
+  // parent id) in huge pages. GUARDED_BY(mutex).
+  std::unique_ptr<SlotArray> slots;
+  std::size_t used = 0;             // GUARDED_BY(mutex)
+  uint64_t evictions = 0;           // GUARDED_BY(mutex)
+  // Its nodes without children: changed by other shards' inserts and evicts too.
+  std::atomic<uint64_t> leaves{0};
+};
+
+// The shards of a call's keys held shared, in ascending order, for the call.
+class PrefixIndex::SharedShards {
+ public:
+  SharedShards(const PrefixIndex& index, uint64_t mask) : index_(index), mask_(mask) {
+    for (uint64_t m = mask_; m != 0; m &= m - 1) index_.shards_[static_cast<std::size_t>(std::countr_zero(m))]->mutex.lock_shared();
+  }
+  SharedShards(const PrefixIndex& index, std::span<const BlockKey> keys) : SharedShards(index, index.MaskOf(keys)) {}
+  ~SharedShards() {
+    for (uint64_t m = mask_; m != 0; m &= m - 1) index_.shards_[static_cast<std::size_t>(std::countr_zero(m))]->mutex.unlock_shared();
+  }
+  SharedShards(const SharedShards&) = delete;
+  SharedShards& operator=(const SharedShards&) = delete;
+
+ private:
+  const PrefixIndex& index_;
+  const uint64_t mask_;
+};
+
 Status PrefixIndexOptions::Validate() const {
   if (expected_blocks > (std::size_t{1} << 31)) return Status::InvalidArgument("expected_blocks must be at most 2^31");
+  if (shards < 1 || shards > kMaxShards || !std::has_single_bit(shards)) {
+    return Status::InvalidArgument("index shards must be a power of two from 1 to " + std::to_string(kMaxShards) +
+                                   ", got " + std::to_string(shards));
+  }
   return Status::Ok();
 }
 
@@ -156,23 +219,52 @@ void PinnedBlocks::Release() {
 
 // ---- PrefixIndex ----
 
-std::unique_ptr<PrefixIndex::SlotArray> PrefixIndex::NewSlots(std::size_t count) {
-  auto slots = std::make_unique<SlotArray>(count);
-  for (Slot& slot : *slots) slot = Slot{0, kNoNode, kNoNode};
-  return slots;
-}
-
-PrefixIndex::PrefixIndex(PrefixIndexOptions options)
-    : mutex_(std::make_unique<ProfiledRwMutex>()), leaf_head_(kNoNode), leaf_tail_(kNoNode) {
+PrefixIndex::PrefixIndex(PrefixIndexOptions options) {
+  const uint32_t count = std::bit_floor(std::clamp<uint32_t>(options.shards, 1, PrefixIndexOptions::kMaxShards));
+  shard_bits_ = static_cast<uint32_t>(std::countr_zero(count));
+  local_bits_ = 32 - shard_bits_;
   const std::size_t expected = std::min<std::size_t>(options.expected_blocks, std::size_t{1} << 31);
-  arena_ = std::make_unique<NodeArena>(expected);
-  // Room for expected_blocks at a load of 0.7, below the 0.75 that triggers growth.
-  slots_ = NewSlots(std::max<std::size_t>(16, expected * 10 / 7 + 1));
+  // Keys split over the shards unevenly: each is sized for an eighth more than its share.
+  const std::size_t per_shard = count == 1 ? expected : (expected + count - 1) / count * 9 / 8;
+  // A chunk holds a quarter of a shard's expected blocks (4,096 to 65,536 nodes), so that
+  // rounding up wastes little; a shard has at most 65,536 chunks, so its list of them stays
+  // small (and one shard keeps 65,536-node chunks).
+  const auto quarter_bits = static_cast<uint32_t>(std::max<std::size_t>(std::bit_width(per_shard - 1), 2) - 2);
+  const uint32_t chunk_bits = std::clamp<uint32_t>(quarter_bits, std::max<uint32_t>(12, local_bits_ - 16), 16);
+  // The last id of the last shard would be kNoNode: every shard stops a chunk short.
+  const std::size_t max_nodes = (std::size_t{1} << local_bits_) - (std::size_t{1} << chunk_bits);
+  for (uint32_t i = 0; i < count; ++i) {
+    const auto base = static_cast<uint32_t>(uint64_t{i} << local_bits_);
+    shards_.push_back(std::make_unique<Shard>(per_shard, chunk_bits, base, max_nodes));
+  }
 }
 
 PrefixIndex::~PrefixIndex() = default;
 
-// The slot holding `key`, or the slot count when absent. Requires mutex_ (any mode).
+uint32_t PrefixIndex::ShardOfKey(const BlockKey& key) const {
+  if (shard_bits_ == 0) return 0;
+  // Another multiplier than Home's, so that a shard's keys still spread over its table.
+  return static_cast<uint32_t>((SlotHash(key) * 0xD6E8FEB86659FD93ull) >> (64 - shard_bits_));
+}
+
+uint32_t PrefixIndex::ShardOfNode(uint32_t id) const { return static_cast<uint32_t>(uint64_t{id} >> local_bits_); }
+
+uint64_t PrefixIndex::MaskOf(std::span<const BlockKey> keys) const {
+  if (shard_bits_ == 0) return 1;
+  uint64_t mask = 0;
+  for (const BlockKey& key : keys) mask |= uint64_t{1} << ShardOfKey(key);
+  return mask;
+}
+
+PrefixIndex::Node& PrefixIndex::NodeAt(uint32_t id) {
+  return shards_[ShardOfNode(id)]->arena.at(static_cast<uint32_t>(id & ((uint64_t{1} << local_bits_) - 1)));
+}
+
+const PrefixIndex::Node& PrefixIndex::NodeAt(uint32_t id) const {
+  return shards_[ShardOfNode(id)]->arena.at(static_cast<uint32_t>(id & ((uint64_t{1} << local_bits_) - 1)));
+}
+
+// The slot holding `key`, or the slot count when absent. Requires the shard's lock (any mode).
 static std::size_t FindSlot(const auto& slots, const auto& node_key, const BlockKey& key) {
   const uint64_t hash = SlotHash(key);
   for (std::size_t i = Home(hash, slots.size());; i = Next(i, slots.size())) {
@@ -182,8 +274,19 @@ static std::size_t FindSlot(const auto& slots, const auto& node_key, const Block
   }
 }
 
+std::size_t PrefixIndex::FindSlotIn(const Shard& shard, const BlockKey& key) const {
+  const uint64_t local_mask = (uint64_t{1} << local_bits_) - 1;
+  auto node_key = [&shard, local_mask](uint32_t id) -> const BlockKey& { return shard.arena.at(static_cast<uint32_t>(id & local_mask)).key; };
+  return FindSlot(*shard.slots, node_key, key);
+}
+
+uint32_t PrefixIndex::FindNode(const Shard& shard, const BlockKey& key) const {
+  const std::size_t slot = FindSlotIn(shard, key);
+  return slot == shard.slots->size() ? kNoNode : (*shard.slots)[slot].node;
+}
+
 std::size_t PrefixIndex::LongestPrefix(std::span<const BlockKey> keys, std::span<const uint64_t> fingerprints) const {
-  std::shared_lock lock(*mutex_);
+  const SharedShards locked(*this, keys);
   lookups_.fetch_add(1, std::memory_order_relaxed);
   uint32_t previous = kNoNode;
   std::size_t found = 0;
@@ -194,15 +297,18 @@ std::size_t PrefixIndex::LongestPrefix(std::span<const BlockKey> keys, std::span
   // none of the nodes unless fingerprints are checked. All keys are known up front, so the
   // slots of block i + 8 are prefetched while block i is checked.
   constexpr std::size_t kSlotDistance = 8;
-  const SlotArray& slots = *slots_;
-  const std::size_t n = slots.size();
-  auto prefetch_slot = [&](std::size_t i) { __builtin_prefetch(&slots[Home(SlotHash(keys[i]), n)]); };
+  auto prefetch_slot = [&](std::size_t i) {
+    const SlotArray& slots = *shards_[ShardOfKey(keys[i])]->slots;
+    __builtin_prefetch(&slots[Home(SlotHash(keys[i]), slots.size())]);
+  };
   for (std::size_t i = 0; i < std::min(kSlotDistance, keys.size()); ++i) prefetch_slot(i);
   for (; found < keys.size(); ++found) {
     if (found + kSlotDistance < keys.size()) prefetch_slot(found + kSlotDistance);
     // Match on the key's 64-bit SlotHash plus the parent link: a false match needs two keys
     // with equal hashes under the same parent (2^-64), and stored payloads are fetched by the
     // full 128-bit key, so such a match can only turn into a miss there, never wrong data.
+    const SlotArray& slots = *shards_[ShardOfKey(keys[found])]->slots;
+    const std::size_t n = slots.size();
     const uint64_t hash = SlotHash(keys[found]);
     std::size_t i = Home(hash, n);
     while (slots[i].node != kNoNode && slots[i].hash != hash) i = Next(i, n);
@@ -210,7 +316,7 @@ std::size_t PrefixIndex::LongestPrefix(std::span<const BlockKey> keys, std::span
     if (slot.node == kNoNode) break;
     const uint64_t fingerprint = found < fingerprints.size() ? fingerprints[found] : 0;
     if ((found > 0 && slot.parent != previous) ||
-        (fingerprint != 0 && arena_->at(slot.node).fingerprint != 0 && fingerprint != arena_->at(slot.node).fingerprint)) {
+        (fingerprint != 0 && NodeAt(slot.node).fingerprint != 0 && fingerprint != NodeAt(slot.node).fingerprint)) {
       collisions_.fetch_add(1, std::memory_order_relaxed);
       break;
     }
@@ -225,101 +331,152 @@ Result<std::size_t> PrefixIndex::Insert(std::span<const BlockKey> keys, std::spa
   if (meta.size() != keys.size()) {
     return Status::InvalidArgument("Insert: " + std::to_string(keys.size()) + " keys but " + std::to_string(meta.size()) + " metas");
   }
-  std::unique_lock lock(*mutex_);
-  auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
+  // A block at a time, one lock at a time. First its parent is claimed: found, and its count
+  // of children raised (so that nothing evicts it now), under the parent's shard shared, which
+  // the puts of other chains under the same parent (a system prompt's last block) share.
+  // Then the block is indexed under its own shard exclusively: puts of different chains meet
+  // only where their blocks fall in the same shard. A block whose parent's shard is the one
+  // the block before it held exclusively claims it there (one shard: the whole chain under
+  // one hold).
+  std::unique_lock<ProfiledRwMutex> own;
+  uint32_t own_shard = 0;
   uint32_t previous = kNoNode;
-  if (parent) {
-    const std::size_t slot = FindSlot(*slots_, node_key, *parent);
-    if (slot == slots_->size()) return Status::NotFound("Insert: parent block " + parent->ToHex() + " is not in the index");
-    previous = (*slots_)[slot].node;
-  }
   std::size_t inserted = 0;
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    const BlockKey& key = keys[i];
-    const std::size_t slot = FindSlot(*slots_, node_key, key);
-    if (slot != slots_->size()) {
-      Node& node = arena_->at((*slots_)[slot].node);
-      if (node.parent != previous ||
-          (meta[i].fingerprint != 0 && node.fingerprint != 0 && meta[i].fingerprint != node.fingerprint)) {
-        collisions_.fetch_add(1, std::memory_order_relaxed);
-        return Status::AlreadyExists("block key " + key.ToHex() + " (position " + std::to_string(i) +
-                                     ") is already indexed for a different prefix: a hash collision; the " +
-                                     std::to_string(inserted) + " new blocks before it were inserted");
+    const BlockKey* up = i > 0 ? &keys[i - 1] : parent ? &*parent : nullptr;
+    const uint32_t shard = ShardOfKey(keys[i]);
+    uint32_t claimed = kNoNode;
+    if (up != nullptr) {
+      const uint32_t up_shard = ShardOfKey(*up);
+      if (own.owns_lock() && own_shard == up_shard) {
+        if (i == 0) previous = FindNode(*shards_[up_shard], *up);  // else the block before, held since
+        if (previous != kNoNode) ClaimChild(previous);
+      } else {
+        if (own.owns_lock()) own.unlock();
+        const std::shared_lock read(shards_[up_shard]->mutex);
+        previous = FindNode(*shards_[up_shard], *up);
+        if (previous != kNoNode) ClaimChild(previous);
       }
-      node.Touch(now);
-      previous = (*slots_)[slot].node;
-      continue;
+      if (previous == kNoNode) {
+        return Status::NotFound(i == 0 ? "Insert: parent block " + up->ToHex() + " is not in the index"
+                                       : "Insert: block " + up->ToHex() + " (position " + std::to_string(i - 1) +
+                                             ") was evicted while its chain was inserted; the " +
+                                             std::to_string(inserted) + " new blocks before it were inserted");
+      }
+      claimed = previous;
     }
-    if ((used_ + 1) * 4 > slots_->size() * 3) GrowTableLocked();
-    KVTIER_ASSIGN_OR_RETURN(const uint32_t id, arena_->Allocate());
-    Node& node = arena_->at(id);
-    node.key = key;
-    node.fingerprint = meta[i].fingerprint;
-    node.parent = previous;
-    node.size_bytes = meta[i].size_bytes;
-    node.tags = static_cast<uint8_t>(static_cast<unsigned>(meta[i].type) | (static_cast<unsigned>(meta[i].transition) << 2));
-    node.tiers.store(meta[i].tiers, std::memory_order_relaxed);
-    node.last_access.store(now, std::memory_order_relaxed);
-    node.access_count.store(1, std::memory_order_relaxed);
-    InsertSlotLocked(SlotHash(key), id);
-    if (previous != kNoNode) {
-      Node& up = arena_->at(previous);
-      if (up.children++ == 0) UnlinkLeafLocked(previous);
+    if (!own.owns_lock() || own_shard != shard) {
+      if (own.owns_lock()) own.unlock();
+      own = std::unique_lock(shards_[shard]->mutex);
+      own_shard = shard;
     }
-    AppendLeafLocked(id);
-    previous = id;
-    ++inserted;
+    Result<Indexed> block = InsertOneLocked(*shards_[shard], keys[i], meta[i], now, claimed, i, inserted);
+    if (claimed != kNoNode && !(block.ok() && block->added)) ReleaseChild(claimed);
+    if (!block.ok()) return block.status();
+    if (block->added) ++inserted;
+    previous = block->id;
   }
   return inserted;
 }
 
+void PrefixIndex::ClaimChild(uint32_t parent) {
+  if (NodeAt(parent).children.fetch_add(1, std::memory_order_acq_rel) == 0) {
+    shards_[ShardOfNode(parent)]->leaves.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+void PrefixIndex::ReleaseChild(uint32_t parent) {
+  if (NodeAt(parent).children.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    shards_[ShardOfNode(parent)]->leaves.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+Result<PrefixIndex::Indexed> PrefixIndex::InsertOneLocked(Shard& shard, const BlockKey& key, const BlockMeta& meta,
+                                                          uint64_t now, uint32_t parent, std::size_t position,
+                                                          std::size_t inserted_before) {
+  if (const uint32_t present = FindNode(shard, key); present != kNoNode) {
+    Node& node = NodeAt(present);
+    if (node.parent != parent || (meta.fingerprint != 0 && node.fingerprint != 0 && meta.fingerprint != node.fingerprint)) {
+      collisions_.fetch_add(1, std::memory_order_relaxed);
+      return Status::AlreadyExists("block key " + key.ToHex() + " (position " + std::to_string(position) +
+                                   ") is already indexed for a different prefix: a hash collision; the " +
+                                   std::to_string(inserted_before) + " new blocks before it were inserted");
+    }
+    node.Touch(now);
+    return Indexed{present, false};
+  }
+  if ((shard.used + 1) * 4 > shard.slots->size() * 3) GrowTableLocked(shard);
+  KVTIER_ASSIGN_OR_RETURN(const uint32_t id, shard.arena.Allocate());
+  Node& node = NodeAt(id);
+  node.key = key;
+  node.fingerprint = meta.fingerprint;
+  node.parent = parent;
+  node.size_bytes = meta.size_bytes;
+  node.tags = static_cast<uint8_t>(static_cast<unsigned>(meta.type) | (static_cast<unsigned>(meta.transition) << 2));
+  node.tiers.store(meta.tiers, std::memory_order_relaxed);
+  node.last_access.store(now, std::memory_order_relaxed);
+  node.access_count.store(1, std::memory_order_relaxed);
+  InsertSlotLocked(shard, SlotHash(key), id);
+  shard.leaves.fetch_add(1, std::memory_order_relaxed);
+  return Indexed{id, true};
+}
+
 void PrefixIndex::Touch(std::span<const BlockKey> keys, uint64_t now) {
-  std::shared_lock lock(*mutex_);
-  auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
+  const SharedShards locked(*this, keys);
   for (const BlockKey& key : keys) {
-    const std::size_t slot = FindSlot(*slots_, node_key, key);
-    if (slot != slots_->size()) arena_->at((*slots_)[slot].node).Touch(now);
+    if (const uint32_t id = FindNode(*shards_[ShardOfKey(key)], key); id != kNoNode) NodeAt(id).Touch(now);
   }
 }
 
 std::optional<BlockInfo> PrefixIndex::Find(const BlockKey& key) const {
-  std::shared_lock lock(*mutex_);
-  auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
-  const std::size_t slot = FindSlot(*slots_, node_key, key);
-  if (slot == slots_->size()) return std::nullopt;
-  return InfoLocked((*slots_)[slot].node);
+  const SharedShards locked(*this, {&key, 1});
+  const uint32_t id = FindNode(*shards_[ShardOfKey(key)], key);
+  if (id == kNoNode) return std::nullopt;
+  return InfoLocked(id);
 }
 
 void PrefixIndex::FindRun(std::span<const BlockKey> keys, RunStart start, std::vector<BlockInfo>& out) const {
   out.clear();
-  std::shared_lock lock(*mutex_);
-  const SlotArray& slots = *slots_;
-  const std::size_t n = slots.size();
+  const SharedShards locked(*this, keys);
   // As LongestPrefix: the slots of block i + 8 are prefetched while block i is checked.
   constexpr std::size_t kSlotDistance = 8;
-  auto prefetch_slot = [&](std::size_t i) { __builtin_prefetch(&slots[Home(SlotHash(keys[i]), n)]); };
-  auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
+  auto prefetch_slot = [&](std::size_t i) {
+    const SlotArray& slots = *shards_[ShardOfKey(keys[i])]->slots;
+    __builtin_prefetch(&slots[Home(SlotHash(keys[i]), slots.size())]);
+  };
+  // Unlike LongestPrefix, the run reads every block's node too. Nodes of one chain lie apart
+  // (in several shards, or freed and reused), so the node of block i + 4 is prefetched from
+  // its home slot, which arrived by then, while block i is read.
+  constexpr std::size_t kNodeDistance = 4;
+  auto prefetch_node = [&](std::size_t i) {
+    const SlotArray& slots = *shards_[ShardOfKey(keys[i])]->slots;
+    const uint64_t hash = SlotHash(keys[i]);
+    const Slot& home = slots[Home(hash, slots.size())];
+    if (home.node != kNoNode && home.hash == hash) __builtin_prefetch(&NodeAt(home.node));
+  };
   for (std::size_t i = 0; i < std::min(kSlotDistance, keys.size()); ++i) prefetch_slot(i);
   uint32_t previous = kNoNode;
   for (std::size_t k = 0; k < keys.size(); ++k) {
     if (k + kSlotDistance < keys.size()) prefetch_slot(k + kSlotDistance);
-    const std::size_t i = FindSlot(slots, node_key, keys[k]);
-    if (i == n) break;
-    const Slot& slot = slots[i];
-    const bool continues = k > 0 ? slot.parent == previous : start == RunStart::kAnyBlock || slot.parent == kNoNode;
+    if (k + kNodeDistance < keys.size()) prefetch_node(k + kNodeDistance);
+    const uint32_t id = FindNode(*shards_[ShardOfKey(keys[k])], keys[k]);
+    if (id == kNoNode) break;
+    const uint32_t parent = NodeAt(id).parent;
+    const bool continues = k > 0 ? parent == previous : start == RunStart::kAnyBlock || parent == kNoNode;
     if (!continues) break;
-    out.push_back(InfoLocked(slot.node));
-    previous = slot.node;
+    out.push_back(InfoLocked(id));
+    previous = id;
   }
 }
 
+// Needs the node's shard held (any mode); its parent's key is read as prefix_index.h allows.
 BlockInfo PrefixIndex::InfoLocked(uint32_t id) const {
-  const Node& node = arena_->at(id);
+  const Node& node = NodeAt(id);
   BlockInfo info;
   info.key = node.key;
-  if (node.parent != kNoNode) info.parent = arena_->at(node.parent).key;
+  if (node.parent != kNoNode) info.parent = NodeAt(node.parent).key;
   info.meta = node.Meta();
-  info.children = node.children;
+  info.children = node.children.load(std::memory_order_relaxed);
   info.pins = node.pins.load(std::memory_order_relaxed);
   info.last_access = node.last_access.load(std::memory_order_relaxed);
   info.access_count = node.access_count.load(std::memory_order_relaxed);
@@ -327,35 +484,35 @@ BlockInfo PrefixIndex::InfoLocked(uint32_t id) const {
 }
 
 Result<PinnedBlocks> PrefixIndex::Pin(std::span<const BlockKey> keys) const {
-  std::shared_lock lock(*mutex_);
-  auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
+  const SharedShards locked(*this, keys);
   std::vector<uint32_t> nodes;
   nodes.reserve(keys.size());
   for (const BlockKey& key : keys) {
-    const std::size_t slot = FindSlot(*slots_, node_key, key);
-    if (slot == slots_->size()) {
-      for (uint32_t id : nodes) arena_->at(id).pins.fetch_sub(1, std::memory_order_acq_rel);
+    const uint32_t id = FindNode(*shards_[ShardOfKey(key)], key);
+    if (id == kNoNode) {
+      for (uint32_t pinned : nodes) NodeAt(pinned).pins.fetch_sub(1, std::memory_order_acq_rel);
       return Status::NotFound("Pin: block " + key.ToHex() + " is not in the index");
     }
-    arena_->at((*slots_)[slot].node).pins.fetch_add(1, std::memory_order_acq_rel);
-    nodes.push_back((*slots_)[slot].node);
+    NodeAt(id).pins.fetch_add(1, std::memory_order_acq_rel);
+    nodes.push_back(id);
   }
   return PinnedBlocks(this, std::move(nodes));
 }
 
 void PrefixIndex::Unpin(std::span<const uint32_t> nodes) const {
-  std::shared_lock lock(*mutex_);
-  for (uint32_t id : nodes) arena_->at(id).pins.fetch_sub(1, std::memory_order_acq_rel);
+  uint64_t mask = 0;
+  for (uint32_t id : nodes) mask |= uint64_t{1} << ShardOfNode(id);
+  const SharedShards locked(*this, mask);
+  for (uint32_t id : nodes) NodeAt(id).pins.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 Status PrefixIndex::SetTier(const BlockKey& key, int tier, bool present) {
   if (tier < 0 || tier >= kMaxTiers) return Status::InvalidArgument("tier " + std::to_string(tier) + " is not in 0..7");
-  std::shared_lock lock(*mutex_);
-  auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
-  const std::size_t slot = FindSlot(*slots_, node_key, key);
-  if (slot == slots_->size()) return Status::NotFound("SetTier: block " + key.ToHex() + " is not in the index");
+  const SharedShards locked(*this, {&key, 1});
+  const uint32_t id = FindNode(*shards_[ShardOfKey(key)], key);
+  if (id == kNoNode) return Status::NotFound("SetTier: block " + key.ToHex() + " is not in the index");
   const auto bit = static_cast<TierMask>(1u << tier);
-  std::atomic<TierMask>& tiers = arena_->at((*slots_)[slot].node).tiers;
+  std::atomic<TierMask>& tiers = NodeAt(id).tiers;
   if (present) {
     tiers.fetch_or(bit, std::memory_order_relaxed);
   } else {
@@ -365,66 +522,60 @@ Status PrefixIndex::SetTier(const BlockKey& key, int tier, bool present) {
 }
 
 Status PrefixIndex::SetTags(const BlockKey& key, BlockType type, TransitionType transition) {
-  std::unique_lock lock(*mutex_);  // tags are plain bytes, read under the shared lock
-  auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
-  const std::size_t slot = FindSlot(*slots_, node_key, key);
-  if (slot == slots_->size()) return Status::NotFound("SetTags: block " + key.ToHex() + " is not in the index");
-  arena_->at((*slots_)[slot].node).tags = static_cast<uint8_t>(static_cast<unsigned>(type) | (static_cast<unsigned>(transition) << 2));
+  Shard& shard = *shards_[ShardOfKey(key)];
+  const std::unique_lock locked(shard.mutex);  // tags are plain bytes, read under the shared lock
+  const uint32_t id = FindNode(shard, key);
+  if (id == kNoNode) return Status::NotFound("SetTags: block " + key.ToHex() + " is not in the index");
+  NodeAt(id).tags = static_cast<uint8_t>(static_cast<unsigned>(type) | (static_cast<unsigned>(transition) << 2));
   return Status::Ok();
 }
 
 Status PrefixIndex::Evict(const BlockKey& key) {
-  std::unique_lock lock(*mutex_);
-  auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
-  const std::size_t slot = FindSlot(*slots_, node_key, key);
-  if (slot == slots_->size()) return Status::NotFound("Evict: block " + key.ToHex() + " is not in the index");
-  const uint32_t id = (*slots_)[slot].node;
-  Node& node = arena_->at(id);
-  if (node.children > 0) {
-    return Status::FailedPrecondition("Evict: block " + key.ToHex() + " has " + std::to_string(node.children) +
+  Shard& home = *shards_[ShardOfKey(key)];
+  const std::unique_lock locked(home.mutex);
+  const std::size_t slot = FindSlotIn(home, key);
+  if (slot == home.slots->size()) return Status::NotFound("Evict: block " + key.ToHex() + " is not in the index");
+  const uint32_t id = (*home.slots)[slot].node;
+  Node& node = NodeAt(id);
+  // A child's insert claims its parent (adds to `children`) under this shard shared: not now.
+  if (const uint32_t children = node.children.load(std::memory_order_relaxed); children > 0) {
+    return Status::FailedPrecondition("Evict: block " + key.ToHex() + " has " + std::to_string(children) +
                                       " children; evict leaves first");
   }
   if (node.pins.load(std::memory_order_acquire) > 0) {
     return Status::FailedPrecondition("Evict: block " + key.ToHex() + " is pinned");
   }
-  EraseSlotLocked(slot);
-  UnlinkLeafLocked(id);
-  if (node.parent != kNoNode) {
-    Node& up = arena_->at(node.parent);
-    if (--up.children == 0) AppendLeafLocked(node.parent);
-  }
-  arena_->Free(id);
-  ++evictions_;
+  const uint32_t parent = node.parent;
+  EraseSlotLocked(home, slot);
+  home.arena.Free(static_cast<uint32_t>(id & ((uint64_t{1} << local_bits_) - 1)));
+  home.leaves.fetch_sub(1, std::memory_order_relaxed);
+  ++home.evictions;
+  // Last, once the block can no longer be found: the parent may be evicted from here on, so
+  // it is not touched after.
+  if (parent != kNoNode) ReleaseChild(parent);
   return Status::Ok();
 }
 
-std::vector<BlockKey> PrefixIndex::EvictableLeaves(std::size_t max) const {
-  std::shared_lock lock(*mutex_);
-  std::vector<BlockKey> out;
-  for (uint32_t id = leaf_head_; id != kNoNode && out.size() < max; id = arena_->at(id).leaf_next) {
-    const Node& node = arena_->at(id);
-    if (node.pins.load(std::memory_order_acquire) == 0) out.push_back(node.key);
-  }
-  return out;
-}
-
 void PrefixIndex::ForEachBlock(const std::function<void(const BlockInfo&)>& visitor) const {
-  std::shared_lock lock(*mutex_);
+  const SharedShards locked(*this, shards_.size() == 64 ? ~uint64_t{0} : (uint64_t{1} << shards_.size()) - 1);
   // Order by depth so that every parent comes before its children.
-  std::vector<uint32_t> depth(arena_->capacity(), kNoNode);
+  std::unordered_map<uint32_t, uint32_t> depth;
   std::vector<std::vector<uint32_t>> by_depth;
   std::vector<uint32_t> path;
-  for (const Slot& slot : *slots_) {
-    const uint32_t start = slot.node;
-    if (start == kNoNode || depth[start] != kNoNode) continue;
-    for (uint32_t id = start; id != kNoNode && depth[id] == kNoNode; id = arena_->at(id).parent) path.push_back(id);
-    uint32_t d = arena_->at(path.back()).parent == kNoNode ? 0 : depth[arena_->at(path.back()).parent] + 1;
-    for (auto it = path.rbegin(); it != path.rend(); ++it, ++d) {
-      depth[*it] = d;
-      if (by_depth.size() <= d) by_depth.resize(d + 1);
-      by_depth[d].push_back(*it);
+  for (const auto& shard : shards_) {
+    for (const Slot& slot : *shard->slots) {
+      const uint32_t start = slot.node;
+      if (start == kNoNode || depth.contains(start)) continue;
+      for (uint32_t id = start; id != kNoNode && !depth.contains(id); id = NodeAt(id).parent) path.push_back(id);
+      const uint32_t top_parent = NodeAt(path.back()).parent;
+      uint32_t d = top_parent == kNoNode ? 0 : depth[top_parent] + 1;
+      for (auto it = path.rbegin(); it != path.rend(); ++it, ++d) {
+        depth[*it] = d;
+        if (by_depth.size() <= d) by_depth.resize(d + 1);
+        by_depth[d].push_back(*it);
+      }
+      path.clear();
     }
-    path.clear();
   }
   for (const auto& level : by_depth) {
     for (uint32_t id : level) visitor(InfoLocked(id));
@@ -432,33 +583,56 @@ void PrefixIndex::ForEachBlock(const std::function<void(const BlockInfo&)>& visi
 }
 
 PrefixIndex::Stats PrefixIndex::GetStats() const {
-  std::shared_lock lock(*mutex_);
-  return {used_, leaves_, lookups_.load(), hit_blocks_.load(), collisions_.load(), evictions_, mutex_->Profile()};
+  Stats stats{.lookups = lookups_.load(), .hit_blocks = hit_blocks_.load(), .collisions = collisions_.load()};
+  for (const auto& shard : shards_) {
+    std::shared_lock lock(shard->mutex);
+    stats.blocks += shard->used;
+    stats.leaves += shard->leaves.load(std::memory_order_relaxed);
+    stats.evictions += shard->evictions;
+    stats.shard_locks.push_back(shard->mutex.Profile());
+  }
+  for (const LockProfile& lock : stats.shard_locks) {
+    stats.lock.exclusive_acquisitions += lock.exclusive_acquisitions;
+    stats.lock.exclusive_waits += lock.exclusive_waits;
+    stats.lock.exclusive_wait_seconds += lock.exclusive_wait_seconds;
+    stats.lock.exclusive_hold_seconds += lock.exclusive_hold_seconds;
+    stats.lock.shared_waits += lock.shared_waits;
+    stats.lock.shared_wait_seconds += lock.shared_wait_seconds;
+  }
+  return stats;
 }
 
 std::size_t PrefixIndex::size() const {
-  std::shared_lock lock(*mutex_);
-  return used_;
+  std::size_t used = 0;
+  for (const auto& shard : shards_) {
+    std::shared_lock lock(shard->mutex);
+    used += shard->used;
+  }
+  return used;
 }
 
 std::size_t PrefixIndex::MemoryBytes() const {
-  std::shared_lock lock(*mutex_);
-  return slots_->bytes() + arena_->MemoryBytes();
+  std::size_t bytes = 0;
+  for (const auto& shard : shards_) {
+    std::shared_lock lock(shard->mutex);
+    bytes += shard->slots->bytes() + shard->arena.MemoryBytes();
+  }
+  return bytes;
 }
 
-// ---- table and leaf-list maintenance (mutex_ held exclusively) ----
+// ---- table maintenance (the shard held exclusively) ----
 
-void PrefixIndex::InsertSlotLocked(uint64_t hash, uint32_t id) {
-  SlotArray& slots = *slots_;
+void PrefixIndex::InsertSlotLocked(Shard& shard, uint64_t hash, uint32_t id) {
+  SlotArray& slots = *shard.slots;
   std::size_t i = Home(hash, slots.size());
   while (slots[i].node != kNoNode) i = Next(i, slots.size());
-  slots[i] = Slot{hash, id, arena_->at(id).parent};
-  ++used_;
+  slots[i] = Slot{hash, id, NodeAt(id).parent};
+  ++shard.used;
 }
 
 // Backward-shift deletion keeps every probe sequence unbroken without tombstones.
-void PrefixIndex::EraseSlotLocked(std::size_t hole) {
-  SlotArray& slots = *slots_;
+void PrefixIndex::EraseSlotLocked(Shard& shard, std::size_t hole) {
+  SlotArray& slots = *shard.slots;
   const std::size_t n = slots.size();
   for (std::size_t j = Next(hole, n); slots[j].node != kNoNode; j = Next(j, n)) {
     const std::size_t home = Home(slots[j].hash, n);
@@ -470,45 +644,16 @@ void PrefixIndex::EraseSlotLocked(std::size_t hole) {
     }
   }
   slots[hole] = Slot{0, kNoNode, kNoNode};
-  --used_;
+  --shard.used;
 }
 
-void PrefixIndex::GrowTableLocked() {
-  std::unique_ptr<SlotArray> old = std::move(slots_);
-  slots_ = NewSlots(old->size() + old->size() / 2);
-  used_ = 0;
+void PrefixIndex::GrowTableLocked(Shard& shard) {
+  std::unique_ptr<SlotArray> old = std::move(shard.slots);
+  shard.slots = Shard::NewSlots(old->size() + old->size() / 2);
+  shard.used = 0;
   for (const Slot& slot : *old) {
-    if (slot.node != kNoNode) InsertSlotLocked(slot.hash, slot.node);
+    if (slot.node != kNoNode) InsertSlotLocked(shard, slot.hash, slot.node);
   }
-}
-
-void PrefixIndex::AppendLeafLocked(uint32_t id) {
-  Node& node = arena_->at(id);
-  node.leaf_prev = leaf_tail_;
-  node.leaf_next = kNoNode;
-  if (leaf_tail_ != kNoNode) {
-    arena_->at(leaf_tail_).leaf_next = id;
-  } else {
-    leaf_head_ = id;
-  }
-  leaf_tail_ = id;
-  ++leaves_;
-}
-
-void PrefixIndex::UnlinkLeafLocked(uint32_t id) {
-  Node& node = arena_->at(id);
-  if (node.leaf_prev != kNoNode) {
-    arena_->at(node.leaf_prev).leaf_next = node.leaf_next;
-  } else {
-    leaf_head_ = node.leaf_next;
-  }
-  if (node.leaf_next != kNoNode) {
-    arena_->at(node.leaf_next).leaf_prev = node.leaf_prev;
-  } else {
-    leaf_tail_ = node.leaf_prev;
-  }
-  node.leaf_prev = node.leaf_next = kNoNode;
-  --leaves_;
 }
 
 }  // namespace kvtier

@@ -1,8 +1,10 @@
 #include "kvtier/prefix_index.h"
 
+#include <algorithm>
 #include <random>
 #include <set>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <gtest/gtest.h>
@@ -25,8 +27,32 @@ std::vector<BlockMeta> Metas(std::size_t n, uint32_t size = 4096) {
   return std::vector<BlockMeta>(n, BlockMeta{.size_bytes = size});
 }
 
-TEST(PrefixIndex, LongestPrefixOfInsertedChains) {
-  PrefixIndex index;
+// Up to `max` unpinned leaves, least recently used first: what a caller's policy would evict.
+std::vector<BlockKey> Leaves(const PrefixIndex& index, std::size_t max) {
+  std::vector<std::pair<uint64_t, BlockKey>> leaves;
+  index.ForEachBlock([&leaves](const BlockInfo& info) {
+    if (info.children == 0 && info.pins == 0) leaves.emplace_back(info.last_access, info.key);
+  });
+  std::stable_sort(leaves.begin(), leaves.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<BlockKey> out;
+  for (std::size_t i = 0; i < std::min(max, leaves.size()); ++i) out.push_back(leaves[i].second);
+  return out;
+}
+
+// Every test runs on an index of one shard and of eight: a sharded index answers as one does.
+class PrefixIndexTest : public ::testing::TestWithParam<uint32_t> {
+ protected:
+  PrefixIndexOptions Options(PrefixIndexOptions options = {}) const {
+    options.shards = GetParam();
+    return options;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Shards, PrefixIndexTest, ::testing::Values(1u, 8u),
+                         [](const ::testing::TestParamInfo<uint32_t>& shards) { return std::to_string(shards.param); });
+
+TEST_P(PrefixIndexTest, LongestPrefixOfInsertedChains) {
+  PrefixIndex index(Options());
   const auto a = Chain(1, 8);
   ASSERT_EQ(*index.Insert(a, Metas(8), 10), 8u);
   EXPECT_EQ(index.LongestPrefix(a), 8u);
@@ -46,8 +72,8 @@ TEST(PrefixIndex, LongestPrefixOfInsertedChains) {
   EXPECT_EQ(shared->access_count, 4u);  // insert, two touches, second insert
 }
 
-TEST(PrefixIndex, ContinuationUnderAnExistingParent) {
-  PrefixIndex index;
+TEST_P(PrefixIndexTest, ContinuationUnderAnExistingParent) {
+  PrefixIndex index(Options());
   const auto a = Chain(1, 6);
   ASSERT_TRUE(index.Insert(std::span(a).first(3), Metas(3), 1).ok());
   ASSERT_EQ(*index.Insert(std::span(a).subspan(3), Metas(3), 2, a[2]), 3u);
@@ -59,8 +85,8 @@ TEST(PrefixIndex, ContinuationUnderAnExistingParent) {
 
 // A run is what Find per key, checking each parent, gives: stopped by a missing key, by a
 // key stored under another parent, and (from a chain start only) by a first key that has a parent.
-TEST(PrefixIndex, FindRunStopsWhereFindPerKeyWould) {
-  PrefixIndex index;
+TEST_P(PrefixIndexTest, FindRunStopsWhereFindPerKeyWould) {
+  PrefixIndex index(Options());
   const auto a = Chain(1, 40);
   ASSERT_EQ(*index.Insert(a, Metas(40, 100), 1), 40u);
   const auto b = Chain(2, 32, 20, 1);  // a's first 20 blocks, then its own
@@ -91,19 +117,19 @@ TEST(PrefixIndex, FindRunStopsWhereFindPerKeyWould) {
   EXPECT_TRUE(run.empty());
 }
 
-TEST(PrefixIndex, OnlyUnpinnedLeavesAreEvicted) {
-  PrefixIndex index;
+TEST_P(PrefixIndexTest, OnlyUnpinnedLeavesAreEvicted) {
+  PrefixIndex index(Options());
   const auto a = Chain(1, 4);
   const auto b = Chain(2, 4, 2, 1);
   ASSERT_TRUE(index.Insert(a, Metas(4), 1).ok());
   ASSERT_TRUE(index.Insert(b, Metas(4), 2).ok());
   EXPECT_EQ(index.Evict(a[1]).code(), StatusCode::kFailedPrecondition);  // has two children
-  EXPECT_EQ(index.EvictableLeaves(10), (std::vector<BlockKey>{a[3], b[3]}));
+  EXPECT_EQ(Leaves(index, 10), (std::vector<BlockKey>{a[3], b[3]}));
   {
     Result<PinnedBlocks> pinned = index.Pin(a);
     ASSERT_TRUE(pinned.ok());
     EXPECT_EQ(index.Evict(a[3]).code(), StatusCode::kFailedPrecondition);
-    EXPECT_EQ(index.EvictableLeaves(10), (std::vector<BlockKey>{b[3]}));
+    EXPECT_EQ(Leaves(index, 10), (std::vector<BlockKey>{b[3]}));
   }  // unpinned here
   ASSERT_TRUE(index.Evict(a[3]).ok());
   ASSERT_TRUE(index.Evict(a[2]).ok());  // became a leaf
@@ -116,8 +142,8 @@ TEST(PrefixIndex, OnlyUnpinnedLeavesAreEvicted) {
   EXPECT_EQ(index.Find(a[0])->pins, 0u);  // a failed pin leaves nothing pinned
 }
 
-TEST(PrefixIndex, PinnedBlocksMoveAndRelease) {
-  PrefixIndex index;
+TEST_P(PrefixIndexTest, PinnedBlocksMoveAndRelease) {
+  PrefixIndex index(Options());
   const auto a = Chain(1, 2);
   ASSERT_TRUE(index.Insert(a, Metas(2), 1).ok());
   PinnedBlocks outer;
@@ -131,7 +157,7 @@ TEST(PrefixIndex, PinnedBlocksMoveAndRelease) {
   EXPECT_EQ(index.Find(a[1])->pins, 0u);
 }
 
-TEST(PrefixIndex, CollisionsAreMissesNeverAliases) {
+TEST_P(PrefixIndexTest, CollisionsAreMissesNeverAliases) {
   // A digest function that returns the same value for everything forces collisions.
   BlockHasher colliding = BlockHasher::WithDigestFunctionForTesting({}, [](std::span<const uint8_t>) {
     BlockDigest d;
@@ -147,7 +173,7 @@ TEST(PrefixIndex, CollisionsAreMissesNeverAliases) {
   const auto keys_a = colliding.ChainKeys(tokens_a);
   const auto keys_b = colliding.ChainKeys(tokens_b);
   ASSERT_EQ(keys_a[0], keys_b[0]);
-  PrefixIndex index;
+  PrefixIndex index(Options());
   auto meta = [](std::span<const TokenId> tokens) {
     return BlockMeta{.size_bytes = 1, .fingerprint = BlockHasher::TokenFingerprint(tokens)};
   };
@@ -170,8 +196,8 @@ TEST(PrefixIndex, CollisionsAreMissesNeverAliases) {
 
 // Keys a caller builds from ids rather than hashes: many share a low word and differ only in
 // the high one. Every operation must still tell them apart by the whole key.
-TEST(PrefixIndex, StructuredKeysThatShareALowWord) {
-  PrefixIndex index;
+TEST_P(PrefixIndexTest, StructuredKeysThatShareALowWord) {
+  PrefixIndex index(Options());
   constexpr uint64_t kChains = 500, kBlocks = 4;
   auto key = [](uint64_t chain, uint64_t i) { return BlockKey{chain, i + 1}; };  // lo: the position only
   for (uint64_t c = 0; c < kChains; ++c) {
@@ -200,8 +226,8 @@ TEST(PrefixIndex, StructuredKeysThatShareALowWord) {
   }
 }
 
-TEST(PrefixIndex, TiersAndTags) {
-  PrefixIndex index;
+TEST_P(PrefixIndexTest, TiersAndTags) {
+  PrefixIndex index(Options());
   const auto a = Chain(1, 1);
   const std::vector<BlockMeta> meta = {BlockMeta{.size_bytes = 7, .type = BlockType::kToolContext,
                                                  .transition = TransitionType::kAgentHandoff, .tiers = 0b1}};
@@ -218,8 +244,8 @@ TEST(PrefixIndex, TiersAndTags) {
 }
 
 // Growth past the initial table and backward-shift deletion, against a shadow set.
-TEST(PrefixIndex, ManyInsertsAndEvictionsMatchAShadowSet) {
-  PrefixIndex index({.expected_blocks = 16});
+TEST_P(PrefixIndexTest, ManyInsertsAndEvictionsMatchAShadowSet) {
+  PrefixIndex index(Options({.expected_blocks = 16}));
   std::mt19937_64 rng(7);
   std::set<BlockKey> shadow;
   std::vector<std::vector<BlockKey>> chains;
@@ -234,7 +260,7 @@ TEST(PrefixIndex, ManyInsertsAndEvictionsMatchAShadowSet) {
   EXPECT_EQ(index.size(), shadow.size());
   // Evict leaves until a third remain.
   while (index.size() > shadow.size() / 3) {
-    for (const BlockKey& key : index.EvictableLeaves(64)) {
+    for (const BlockKey& key : Leaves(index, 64)) {
       ASSERT_TRUE(index.Evict(key).ok());
       shadow.erase(key);
     }
@@ -250,16 +276,16 @@ TEST(PrefixIndex, ManyInsertsAndEvictionsMatchAShadowSet) {
 // The memory for the expected blocks is allocated when the index is made, not by the insert
 // that first needs it: inserts run under the store's exclusive lock, where faulting in (and
 // compacting for) a 4 MiB chunk of huge pages stalled every request for tens of milliseconds.
-TEST(PrefixIndex, MemoryForTheExpectedBlocksIsAllocatedUpFront) {
-  PrefixIndex index({.expected_blocks = 100'000});
+TEST_P(PrefixIndexTest, MemoryForTheExpectedBlocksIsAllocatedUpFront) {
+  PrefixIndex index(Options({.expected_blocks = 100'000}));
   const std::size_t made = index.MemoryBytes();
   for (uint64_t r = 1; r <= 100'000 / 8; ++r) ASSERT_TRUE(index.Insert(Chain(r, 8), Metas(8), r).ok());
   EXPECT_EQ(index.size(), 100'000u);
   EXPECT_EQ(index.MemoryBytes(), made);
 }
 
-TEST(PrefixIndex, ForEachBlockVisitsParentsFirst) {
-  PrefixIndex index;
+TEST_P(PrefixIndexTest, ForEachBlockVisitsParentsFirst) {
+  PrefixIndex index(Options());
   for (uint64_t r = 1; r <= 50; ++r) ASSERT_TRUE(index.Insert(Chain(r, 5, r == 1 ? 0 : r % 4, 1), Metas(5), r).ok());
   std::unordered_set<BlockKey, BlockKeyHash> seen;
   std::size_t visited = 0;
@@ -274,8 +300,8 @@ TEST(PrefixIndex, ForEachBlockVisitsParentsFirst) {
 }
 
 // Concurrent insert / lookup / pin / evict; run under the tsan preset.
-TEST(PrefixIndex, ConcurrentInsertLookupEvict) {
-  PrefixIndex index;
+TEST_P(PrefixIndexTest, ConcurrentInsertLookupEvict) {
+  PrefixIndex index(Options());
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> lookups{0};
   auto inserter = [&](uint64_t base) {
@@ -296,7 +322,7 @@ TEST(PrefixIndex, ConcurrentInsertLookupEvict) {
   };
   auto evictor = [&] {
     do {
-      for (const BlockKey& key : index.EvictableLeaves(16)) {
+      for (const BlockKey& key : Leaves(index, 16)) {
         const Status s = index.Evict(key);
         EXPECT_TRUE(s.ok() || s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kNotFound) << s.ToString();
       }
@@ -327,8 +353,8 @@ TEST(PrefixIndex, ConcurrentInsertLookupEvict) {
   EXPECT_GT(lookups.load(), 0u);
 }
 
-TEST(PrefixIndex, SetTagsChangesOnlyTheTags) {
-  PrefixIndex index;
+TEST_P(PrefixIndexTest, SetTagsChangesOnlyTheTags) {
+  PrefixIndex index(Options());
   const auto keys = Chain(1, 2);
   ASSERT_TRUE(index.Insert(keys, Metas(2), 10).ok());
   ASSERT_TRUE(index.SetTags(keys[1], BlockType::kSystemPrompt, TransitionType::kAgentHandoff).ok());
@@ -340,6 +366,75 @@ TEST(PrefixIndex, SetTagsChangesOnlyTheTags) {
   EXPECT_EQ(index.Find(keys[0])->meta.type, BlockType::kUserContext);
   EXPECT_EQ(index.SetTags(Chain(2, 1)[0], BlockType::kSystemPrompt, TransitionType::kAgentHandoff).code(),
             StatusCode::kNotFound);
+}
+
+// Threads insert and evict chains that share prefixes, so that parents and children sit in
+// different shards and change at once: afterwards every block's count of children and every
+// leaf list still match the tree (run under the tsan preset too).
+TEST_P(PrefixIndexTest, ChildrenAndLeavesStayExactUnderThreads) {
+  PrefixIndex index(Options({.expected_blocks = 1024}));
+  constexpr uint64_t kThreads = 4;
+  auto worker = [&index](uint64_t thread) {
+    std::mt19937_64 rng(thread);
+    for (uint64_t r = 0; r < 600; ++r) {
+      // Every chain shares 1-3 leading blocks with one of 20 common roots.
+      const auto keys = Chain(100 + thread * 1000 + r, 6, 1 + rng() % 3, rng() % 20);
+      (void)index.Insert(keys, Metas(6), r);
+      if (r % 3 == 0) {
+        for (const BlockKey& key : Leaves(index, 8)) (void)index.Evict(key);
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (uint64_t t = 0; t < kThreads; ++t) threads.emplace_back(worker, t);
+  for (std::thread& t : threads) t.join();
+  std::unordered_map<BlockKey, uint32_t, BlockKeyHash> children, counted;
+  std::size_t blocks = 0;
+  index.ForEachBlock([&](const BlockInfo& info) {
+    children[info.key] = info.children;
+    counted.try_emplace(info.key, 0);
+    if (info.parent) ++counted[*info.parent];
+    ++blocks;
+  });
+  ASSERT_GT(blocks, 0u);
+  std::size_t leaves = 0;
+  for (const auto& [key, n] : children) {
+    EXPECT_EQ(n, counted[key]) << key.ToHex();
+    leaves += n == 0 ? 1 : 0;
+  }
+  EXPECT_EQ(index.GetStats().leaves, leaves);
+  // Evicting every leaf, level by level, empties the index: nothing was left counted as a child.
+  while (index.size() > 0) {
+    const std::vector<BlockKey> leaves_now = Leaves(index, blocks);
+    ASSERT_FALSE(leaves_now.empty());
+    for (const BlockKey& key : leaves_now) ASSERT_TRUE(index.Evict(key).ok());
+  }
+  EXPECT_EQ(index.GetStats().leaves, 0u);
+}
+
+TEST_P(PrefixIndexTest, EachShardHasItsOwnLock) {
+  PrefixIndex index(Options());
+  ASSERT_EQ(index.GetStats().shard_locks.size(), GetParam());
+  ASSERT_TRUE(index.Insert(Chain(1, 64), Metas(64), 1).ok());
+  const PrefixIndex::Stats stats = index.GetStats();
+  std::size_t locked = 0;
+  uint64_t acquisitions = 0;
+  for (const LockProfile& lock : stats.shard_locks) {
+    locked += lock.exclusive_acquisitions > 0 ? 1 : 0;
+    acquisitions += lock.exclusive_acquisitions;
+  }
+  EXPECT_EQ(locked, GetParam()) << "64 blocks fall in every shard";
+  EXPECT_EQ(stats.lock.exclusive_acquisitions, acquisitions);
+}
+
+TEST(PrefixIndexOptions, ShardsArePowersOfTwoUpTo64) {
+  EXPECT_TRUE(PrefixIndexOptions{.shards = 1}.Validate().ok());
+  EXPECT_TRUE(PrefixIndexOptions{.shards = 64}.Validate().ok());
+  for (uint32_t bad : {0u, 3u, 12u, 128u}) {
+    const Status status = PrefixIndexOptions{.shards = bad}.Validate();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(status.message().find("power of two"), std::string::npos) << status.ToString();
+  }
 }
 
 }  // namespace

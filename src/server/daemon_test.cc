@@ -264,6 +264,8 @@ TEST(ServeConfig, MistakesAreNamed) {
       {tiers + "store:\n  expected_blocks: 0\n", "'expected_blocks' must be an integer from 1 to 2147483648"},
       {tiers + "store:\n  policy_shards: 3\n", "policy_shards: 3 is not a power of two"},
       {tiers + "store:\n  policy_shards: 128\n", "'policy_shards' must be an integer from 1 to 64"},
+      {tiers + "store:\n  index_shards: 6\n", "index_shards: 6 is not a power of two"},
+      {tiers + "store:\n  index_shards: 0\n", "'index_shards' must be an integer from 1 to 64"},
       {tiers + "model:\n  name: no-such-model\n", "model.name"},
       {"tiers: [\n", "not valid YAML"},
   };
@@ -293,6 +295,10 @@ TEST(ServeConfig, MistakesAreNamed) {
   ok = ParseServeConfig(tiers + "store:\n  policy: s3fifo\n  policy_shards: 4\n", "t");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->store.policy_options.shards, 4u);
+  EXPECT_EQ(ok->store.index_shards, kServeIndexShards) << "the index is sharded whatever the policy";
+  ok = ParseServeConfig(tiers + "store:\n  index_shards: 1\n", "t");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->store.index_shards, 1u);
   ok = ParseServeConfig(tiers + "store:\n  persistence: none\nlimits:\n  workers: 6\n  event_loops: 3\n", "t");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->server.workers, 6u);

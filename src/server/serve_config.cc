@@ -9,6 +9,7 @@
 #include "kvtier/head_importance.h"
 #include "kvtier/kv_block_layout.h"
 #include "kvtier/model_catalog.h"
+#include "kvtier/prefix_index.h"
 #include "policy/sharded_policy.h"
 #include "util/json_document.h"
 #include "util/yaml_map.h"
@@ -29,7 +30,7 @@ Status ParseStore(const YAML::Node& node, const std::string& where, ServeConfig&
   const YamlMap m(node, where);
   KVTIER_RETURN_IF_ERROR(m.CheckKeys({"policy", "high_watermark", "low_watermark", "mover_threads", "prefetch",
                                       "promotion", "persistence", "persist_tier", "journal", "persist_sync",
-                                      "publish", "expected_blocks", "policy_shards"}));
+                                      "publish", "expected_blocks", "policy_shards", "index_shards"}));
   if (m.Has("policy")) {
     KVTIER_ASSIGN_OR_RETURN(std::string name, m.String("policy"));
     Result<PolicyKind> policy = ParsePolicyKind(name);
@@ -53,6 +54,14 @@ Status ParseStore(const YAML::Node& node, const std::string& where, ServeConfig&
     c.store.policy_options.shards = static_cast<uint32_t>(shards);
   } else if (!ShardsKeepOrder(c.store.policy)) {
     c.store.policy_options.shards = 1;  // sharded, their order would be another (kServePolicyShards)
+  }
+  if (m.Has("index_shards")) {
+    KVTIER_ASSIGN_OR_RETURN(const int shards,
+                            m.SmallInt("index_shards", 1, static_cast<int>(PrefixIndexOptions::kMaxShards)));
+    if (!std::has_single_bit(static_cast<unsigned>(shards))) {
+      return Status::InvalidArgument(where + ".index_shards: " + std::to_string(shards) + " is not a power of two");
+    }
+    c.store.index_shards = static_cast<uint32_t>(shards);
   }
   if (m.Has("expected_blocks")) {
     KVTIER_ASSIGN_OR_RETURN(const int64_t blocks, m.Int("expected_blocks", 1, int64_t{1} << 31));
@@ -290,6 +299,7 @@ ServeConfig DefaultServeConfig(const std::string& data_dir) {
   c.journal_path = (fs::path(data_dir) / "store.journal").string();
   c.server.unix_socket_path = (fs::path(data_dir) / "kvtier.sock").string();
   c.store.policy_options.shards = kServePolicyShards;
+  c.store.index_shards = kServeIndexShards;
   return c;
 }
 

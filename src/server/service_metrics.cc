@@ -209,11 +209,17 @@ void RenderStore(const StoreStats& s, Exposition& e) {
            "Journal compactions that failed (e.g. a full disk); the journal went on as it was.",
            s.journal_compaction_failures);
   RenderMetadataLock(s.metadata_lock, e);
-  e.Single("kvtier_index_lock_hold_seconds_total", "counter",
-           "Time the prefix index's lock was held exclusively (inserts and evictions: serial work).",
-           s.index_lock.exclusive_hold_seconds);
-  e.Single("kvtier_index_lock_acquisitions_total", "counter", "Exclusive acquisitions of the prefix index's lock.",
-           s.index_lock.exclusive_acquisitions);
+  // The prefix index's locks, one per shard: the busiest shard's hold bounds inserts.
+  const auto index_shard = [](std::size_t shard) { return LabelSet({{"shard", std::to_string(shard)}}); };
+  e.Family("kvtier_index_lock_hold_seconds_total", "counter",
+           "Time a shard of the prefix index was held exclusively (inserts and evictions: serial work per shard).");
+  for (std::size_t i = 0; i < s.index_shard_locks.size(); ++i) {
+    e.Sample("kvtier_index_lock_hold_seconds_total", index_shard(i), Number(s.index_shard_locks[i].exclusive_hold_seconds));
+  }
+  e.Family("kvtier_index_lock_acquisitions_total", "counter", "Exclusive acquisitions of a shard of the prefix index.");
+  for (std::size_t i = 0; i < s.index_shard_locks.size(); ++i) {
+    e.Sample("kvtier_index_lock_acquisitions_total", index_shard(i), Number(s.index_shard_locks[i].exclusive_acquisitions));
+  }
 }
 
 // "0.3-0.4": bin i of CalibrationReport's ten.

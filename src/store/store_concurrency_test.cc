@@ -23,12 +23,27 @@ constexpr int kThreads = 8;
 constexpr int kRounds = 40;
 constexpr uint64_t kSharedChains = 4;  // chains every thread puts and reads (the rest are its own)
 
-std::unique_ptr<TieredStore> SmallTwoTierStore() {
+// Every test runs on a library store's one policy and one index table, and on the shards
+// `kvtier serve` uses (kServePolicyShards, kServeIndexShards: 8 each).
+class StoreConcurrency : public ::testing::TestWithParam<uint32_t> {
+ protected:
+  StoreOptions Options() const {
+    StoreOptions options;
+    options.policy_options.shards = GetParam();
+    options.index_shards = GetParam();
+    return options;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Shards, StoreConcurrency, ::testing::Values(1u, 8u),
+                         [](const ::testing::TestParamInfo<uint32_t>& shards) { return std::to_string(shards.param); });
+
+std::unique_ptr<TieredStore> SmallTwoTierStore(StoreOptions options) {
   std::vector<std::unique_ptr<Tier>> tiers;
   // DRAM tiers round up to 2 MiB slabs: 128 blocks fast, 512 slow, fewer than the ~1,000 put.
   tiers.push_back(TestDram(2u << 20, "fast"));
   tiers.push_back(TestDram(8u << 20, "slow"));
-  Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(std::move(tiers), {});
+  Result<std::unique_ptr<TieredStore>> store = TieredStore::Open(std::move(tiers), std::move(options));
   EXPECT_TRUE(store.ok()) << store.status().ToString();
   return store.ok() ? std::move(*store) : nullptr;
 }
@@ -77,8 +92,8 @@ uint64_t RunMix(TieredStore& store, const TestChains& chains, int thread, std::a
   return lookups;
 }
 
-TEST(StoreConcurrency, EveryOperationAtOnceLosesNoByteAndNoCount) {
-  auto store = SmallTwoTierStore();
+TEST_P(StoreConcurrency, EveryOperationAtOnceLosesNoByteAndNoCount) {
+  auto store = SmallTwoTierStore(Options());
   ASSERT_NE(store, nullptr);
   const TestChains chains(kBlockBytes);
   std::atomic<int> pinned_misses{0};
@@ -120,10 +135,10 @@ TEST(StoreConcurrency, EveryOperationAtOnceLosesNoByteAndNoCount) {
 // and what they record side by side adds up: every block counted once in its tier, every
 // chain read back bit-exact. Half the chains continue one shared first block (a system
 // prompt), so the threads also index children of one parent at once.
-TEST(StoreConcurrency, PutsOfDifferentChainsRunSideBySideAndAddUp) {
+TEST_P(StoreConcurrency, PutsOfDifferentChainsRunSideBySideAndAddUp) {
   std::vector<std::unique_ptr<Tier>> tiers;
   tiers.push_back(TestDram(64u << 20, "fast"));
-  Result<std::unique_ptr<TieredStore>> opened = TieredStore::Open(std::move(tiers), {});
+  Result<std::unique_ptr<TieredStore>> opened = TieredStore::Open(std::move(tiers), Options());
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   TieredStore& store = **opened;
   const TestChains chains(kBlockBytes);
@@ -152,6 +167,7 @@ TEST(StoreConcurrency, PutsOfDifferentChainsRunSideBySideAndAddUp) {
   EXPECT_EQ(stats.tiers[0].used_bytes, blocks * kBlockBytes);
   EXPECT_EQ(stats.index_blocks, blocks);
   EXPECT_EQ(stats.put_blocks, blocks);
+  EXPECT_EQ(stats.index_shard_locks.size(), GetParam());
   for (uint64_t chain = 1000; chain < 1000 + kThreads * kChainsPerThread; ++chain) {
     const bool continues_root = (chain - 1000) % kChainsPerThread % 2 == 0;
     std::vector<BlockKey> keys = TestChains::Keys(chain, kChainBlocks);

@@ -35,8 +35,8 @@
 // that find a copy corrupt or gone, recovery, pins, expectations, retags, the shared tier's
 // indexing, and applying kMaxDeferredHits at once.
 // Lock order: `mu_`, then shards (ascending, at most two), then the leaf locks (a policy
-// shard's, `pending_mu_`, `hits_mu_`, the index's and the journal's own locks); a policy
-// calls nothing while it holds a shard of its own.
+// shard's, `pending_mu_`, `hits_mu_`, the index's shards and the journal's own locks); a
+// policy and the index call nothing while they hold a shard of their own.
 // A Get takes `mu_` only shared: the hits it read are deferred (DeferHits, under `hits_mu_`)
 // and applied to the policies and counters by the next put's section or exclusive section,
 // before it does anything else (ApplyDeferredHitsLocked), so a policy sees the hits before
@@ -225,7 +225,7 @@ struct TieredStore::Impl {
     Impl& s_;
     bool held_ = true;
   };
-  PrefixIndex index;                                         // mutated only under mu_
+  PrefixIndex index;                                         // thread-safe itself, in shards
   using BlockGuard = store_internal::BlockTable<Block>::Guard;
   store_internal::BlockTable<Block> blocks;                  // GUARDED_BY(mu_, or its shard's lock)
   std::vector<TierState> tiers;  // set in Open; `policy` and `accounts` thread-safe, `tier` too

@@ -24,7 +24,8 @@ Status StoreOptions::Validate() const {
   for (const TierCost& cost : tier_costs) KVTIER_RETURN_IF_ERROR(cost.Validate().WithContext("store: tier_costs"));
   if (mover_threads < 1 || mover_threads > 256) return Status::InvalidArgument("store: mover_threads must be 1 to 256");
   if (expected_blocks < 1) return Status::InvalidArgument("store: expected_blocks must be at least 1");
-  KVTIER_RETURN_IF_ERROR(PrefixIndexOptions{.expected_blocks = expected_blocks}.Validate().WithContext("store"));
+  const PrefixIndexOptions index_options{.expected_blocks = expected_blocks, .shards = index_shards};
+  KVTIER_RETURN_IF_ERROR(index_options.Validate().WithContext("store"));
   if (max_queued_moves < 1) return Status::InvalidArgument("store: max_queued_moves must be at least 1");
   if (!(recompute_seconds_per_token >= 0)) {
     return Status::InvalidArgument("store: recompute_seconds_per_token must be >= 0");
@@ -54,7 +55,8 @@ Result<std::unique_ptr<TieredStore>> TieredStore::Open(std::vector<std::unique_p
   }
   std::unique_ptr<Impl> impl;
   try {
-    impl = std::make_unique<Impl>(PrefixIndexOptions{.expected_blocks = options.expected_blocks});
+    impl = std::make_unique<Impl>(
+        PrefixIndexOptions{.expected_blocks = options.expected_blocks, .shards = options.index_shards});
   } catch (const std::bad_alloc&) {
     return Status::ResourceExhausted("store: no memory for an index of expected_blocks " +
                                      std::to_string(options.expected_blocks) +
@@ -280,6 +282,7 @@ StoreStats TieredStore::GetStats() const {
   const PrefixIndex::Stats index_stats = s.index.GetStats();
   out.index_blocks = index_stats.blocks;
   out.index_lock = index_stats.lock;
+  out.index_shard_locks = index_stats.shard_locks;
   out.expected_blocks = s.expected.size();
   std::lock_guard pending(s.pending_mu_);
   for (const auto& [key, tiers] : s.pending_evictions) out.pending_evictions += static_cast<uint64_t>(std::popcount(tiers));

@@ -8,6 +8,11 @@
 // reader that must wait, and every writer, read the steady clock twice and add to counters that
 // only they touch then (a writer holds the lock; a waiting reader is contended already).
 //
+// Spinning, when asked for (the constructor's `spin`): a thread that finds the lock taken tries
+// again for that long before it sleeps in the kernel. For locks whose sections last well under
+// a microsecond (an index shard's insert), where a sleep and its wake-up cost several
+// (measured with `kvtier bench index --threads 2`: docs/index.md, "Shards").
+//
 // Meets Lockable and SharedLockable as RwMutex does (std::lock_guard, std::unique_lock,
 // std::shared_lock, std::condition_variable_any: a wait releases the lock, so the time a writer
 // sleeps in a condition variable is not counted as held). Not recursive.
@@ -27,10 +32,12 @@ namespace kvtier {
 
 class ProfiledRwMutex {
  public:
+  explicit ProfiledRwMutex(std::chrono::nanoseconds spin = {}) : spin_ns_(spin.count()) {}
+
   void lock() {
     if (!mu_.try_lock()) {
       const int64_t start = NowNs();
-      mu_.lock();
+      if (!Spin(start, [this] { return mu_.try_lock(); })) mu_.lock();
       Add(exclusive_waits_, 1);
       Add(exclusive_wait_ns_, NowNs() - start);
     }
@@ -48,7 +55,7 @@ class ProfiledRwMutex {
   void lock_shared() {
     if (mu_.try_lock_shared()) return;
     const int64_t start = NowNs();
-    mu_.lock_shared();
+    if (!Spin(start, [this] { return mu_.try_lock_shared(); })) mu_.lock_shared();
     shared_waits_.fetch_add(1, std::memory_order_relaxed);
     shared_wait_ns_.fetch_add(NowNs() - start, std::memory_order_relaxed);
   }
@@ -66,6 +73,24 @@ class ProfiledRwMutex {
   }
 
  private:
+  // Tries `try_lock` again until it succeeds (true) or `spin_ns_` passed since `start`
+  // (false), a few pauses between tries.
+  template <typename TryLock>
+  bool Spin(int64_t start, TryLock try_lock) const {
+    if (spin_ns_ <= 0) return false;
+    do {
+      for (int p = 0; p < 8; ++p) Pause();
+      if (try_lock()) return true;
+    } while (NowNs() - start < spin_ns_);
+    return false;
+  }
+  static void Pause() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
   static int64_t NowNs() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
         .count();
@@ -81,6 +106,7 @@ class ProfiledRwMutex {
   }
 
   RwMutex mu_;
+  const int64_t spin_ns_;
   int64_t held_since_ns_ = 0;  // written and read only by the writer holding mu_
   std::atomic<int64_t> exclusive_acquisitions_{0}, exclusive_waits_{0}, exclusive_wait_ns_{0}, exclusive_hold_ns_{0};
   std::atomic<int64_t> shared_waits_{0}, shared_wait_ns_{0};

@@ -114,5 +114,48 @@ TEST(ProfiledRwMutex, AWriterBehindAReaderCountsItsWait) {
   EXPECT_GT(p.exclusive_wait_seconds, 0.0);
 }
 
+// A lock that spins before it sleeps still excludes writers from each other and from readers,
+// and a writer kept out past the spin sleeps until the lock is free, its wait counted whole.
+TEST(ProfiledRwMutex, ASpinningLockExcludesAndSleepsPastItsSpin) {
+  ProfiledRwMutex mu(std::chrono::microseconds(2));
+  constexpr int kWriters = 3, kRounds = 3000;
+  uint64_t a = 0, b = 0;  // guarded by mu: always equal under it
+  std::atomic<bool> torn{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kWriters; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kRounds; ++i) {
+        std::lock_guard lock(mu);
+        ++a;
+        ++b;
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      std::shared_lock lock(mu);
+      if (a != b) torn = true;
+    }
+  });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(a, static_cast<uint64_t>(kWriters * kRounds));
+  EXPECT_FALSE(torn.load());
+
+  ProfiledRwMutex held(std::chrono::microseconds(2));
+  std::unique_lock holder(held);
+  std::atomic<bool> arriving{false};
+  std::thread writer([&] {
+    arriving = true;
+    std::lock_guard lock(held);
+  });
+  while (!arriving) std::this_thread::yield();
+  std::this_thread::sleep_for(50ms);
+  holder.unlock();
+  writer.join();
+  const LockProfile p = held.Profile();
+  ASSERT_EQ(p.exclusive_waits, 1u);
+  EXPECT_GE(p.exclusive_wait_seconds, 0.04) << "the writer waited through the 50 ms, not just its spin";
+}
+
 }  // namespace
 }  // namespace kvtier
