@@ -592,7 +592,8 @@ Result<std::string> RunServeBenchmark(const ServeBenchmarkOptions& options) {
     const LookupPhaseOptions lookup{.clients = options.lookup_clients, .cores = options.cores, .chains = options.lookup_chains,
                                     .chain_blocks = options.lookup_chain_blocks, .threads = options.load_threads,
                                     .event_loops_per_core = options.loops_per_core,
-                                    .tcp = options.tcp, .seconds = options.seconds, .seed = options.seed};
+                                    .tcp = options.tcp, .policy_shards = options.policy_shards,
+                                    .index_shards = options.index_shards, .seconds = options.seconds, .seed = options.seed};
     KVTIER_ASSIGN_OR_RETURN(lookups, RunLookupPhases(lookup, errors));
   }
   nlohmann::json put_get = nlohmann::json::array();

@@ -116,6 +116,8 @@ Status RunOnCores(const LookupPhaseOptions& o, int cores, const std::vector<std:
                   std::map<int, nlohmann::json>& by_clients) {
   const int most = *std::max_element(o.clients.begin(), o.clients.end());
   const ServeDaemonOptions daemon_options{.persist = false,
+                                          .policy_shards = o.policy_shards,
+                                          .index_shards = o.index_shards,
                                           .max_connections = static_cast<uint32_t>(most) + 16,
                                           .cores = cores,
                                           .event_loops = o.event_loops_per_core * static_cast<uint32_t>(cores)};

@@ -29,6 +29,8 @@ struct LookupPhaseOptions {
   int threads = 2;           // load threads (and redis-benchmark --threads)
   uint32_t event_loops_per_core = 1;  // the daemon's limits.event_loops per core; 0 = its default
   bool tcp = false;          // TCP loopback to both servers; else their Unix sockets
+  uint32_t policy_shards = 0;  // the daemon's store.policy_shards; 0 = its default
+  uint32_t index_shards = 0;   // the daemon's store.index_shards; 0 = its default
   double seconds = 10;
   uint64_t seed = 1;
 };

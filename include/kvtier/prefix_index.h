@@ -17,10 +17,10 @@
 // Eviction only removes unpinned leaves (a child is useless without its parent); which ones
 // is the caller's policy (the store's eviction policies).
 //
-// Shards. The index is `PrefixIndexOptions::shards` indexes of the same kind, a key's shard
-// chosen by a mix of the key: each with its own table, nodes and lock. A block and its parent
-// may live in different shards; a node names its parent by an id that says the parent's
-// shard. With one shard the index is one table under one lock, as it always was.
+// Shards. The index is `PrefixIndexOptions::shards` tables, a key's shard chosen by a mix of
+// the key, each with its own lock and the free list of its nodes; the nodes of every shard
+// lie in one arena, so a chain's nodes stay side by side. A block and its parent may live in
+// different shards. With one shard the index is one table under one lock, as it always was.
 //
 // Thread-safety and locking: each shard has one reader-writer lock (writers first, so that a
 // stream of lookups cannot keep an insert waiting; profiled, Stats::shard_locks). Lookups,
@@ -210,8 +210,8 @@ class PrefixIndex {
   void EraseSlotLocked(Shard& shard, std::size_t slot);
   void GrowTableLocked(Shard& shard);
 
-  uint32_t shard_bits_ = 0;   // log2 of the shard count
-  uint32_t local_bits_ = 32;  // a node id is (shard << local_bits_) | its number in the shard
+  uint32_t shard_bits_ = 0;  // log2 of the shard count
+  std::unique_ptr<NodeArena> arena_;  // every shard's nodes; thread-safe itself
   std::vector<std::unique_ptr<Shard>> shards_;
   mutable std::atomic<uint64_t> lookups_{0}, hit_blocks_{0}, collisions_{0};
 };

@@ -78,71 +78,67 @@ struct PrefixIndex::Node {
 };
 
 // Nodes in fixed chunks, so that their addresses never move (they hold atomics) and a node
-// id is 32 bits. The chunks for the blocks the shard expects are allocated up front: a
-// chunk's first touch faults in huge pages, which the kernel may first have to compact (tens
-// of milliseconds, measured on the first lookup of a node reading a shared pool), and
-// Allocate runs under the shard's exclusive lock. Past the expected blocks a chunk is still
-// added on demand, under that lock. The list of chunks has room for the most the shard may
-// hold from the start, so a thread reading a parent in another shard (prefix_index.h) never
-// reads it while it moves.
+// id is 32 bits. One arena serves every shard: the nodes of a chain inserted in one go lie
+// side by side whatever shards its keys fall in, so a walk of the chain reads memory the
+// hardware prefetcher follows (with an arena per shard, the walks of `kvtier bench index`
+// ran at 0.55x). A fresh id is a fetch-and-add; a freed one goes back to its shard's free
+// list (Shard::free), which that shard's exclusive lock guards.
+//
+// The chunks for the expected blocks are allocated up front: a chunk's first touch faults in
+// two huge pages, which the kernel may first have to compact (tens of milliseconds, measured
+// on the first lookup of a node reading a shared pool), and an insert holds a shard
+// exclusively. Past them a chunk is added on demand, under `grow_mu_`. The list of chunks has
+// room for the most the index may hold from the start, so it never moves under a reader.
 class PrefixIndex::NodeArena {
  public:
-  // `base`: the id of the shard's first node; `max_nodes`: how many ids it may give.
-  NodeArena(std::size_t expected_blocks, uint32_t chunk_bits, uint32_t base, std::size_t max_nodes)
-      : chunk_bits_(chunk_bits), base_(base), max_chunks_(max_nodes >> chunk_bits) {
-    chunks_.reserve(max_chunks_);
-    for (std::size_t n = 0; n < expected_blocks; n += chunk_size()) chunks_.emplace_back(chunk_size());
+  explicit NodeArena(std::size_t expected_blocks) {
+    chunks_.reserve(kMaxChunks);
+    for (std::size_t n = 0; n < expected_blocks; n += kChunkSize) chunks_.emplace_back(kChunkSize);
+    capacity_.store(chunks_.size() * kChunkSize, std::memory_order_release);
   }
 
-  // `local`: the node's number in the shard (its id less the shard's base).
-  Node& at(uint32_t local) { return chunks_[local >> chunk_bits_][local & (chunk_size() - 1)]; }
-  const Node& at(uint32_t local) const { return chunks_[local >> chunk_bits_][local & (chunk_size() - 1)]; }
+  Node& at(uint32_t id) { return chunks_[id >> kChunkBits][id & (kChunkSize - 1)]; }
+  const Node& at(uint32_t id) const { return chunks_[id >> kChunkBits][id & (kChunkSize - 1)]; }
 
-  // A node's id (the shard's base added).
-  Result<uint32_t> Allocate() {
-    if (!free_.empty()) {
-      const uint32_t local = free_.back();
-      free_.pop_back();
-      return base_ | local;
+  // A node never used yet. Thread-safe.
+  Result<uint32_t> AllocateFresh() {
+    const uint64_t id = next_.fetch_add(1, std::memory_order_relaxed);
+    if (id >= kMaxChunks * kChunkSize) {
+      return Status::ResourceExhausted("the prefix index holds its maximum of " + std::to_string(kMaxChunks * kChunkSize) +
+                                       " blocks");
     }
-    if (next_ == chunks_.size() * chunk_size()) {
-      if (chunks_.size() == max_chunks_) {
-        return Status::ResourceExhausted("the prefix index's shard holds its maximum of " +
-                                         std::to_string((max_chunks_ << chunk_bits_)) + " blocks");
-      }
-      chunks_.emplace_back(chunk_size());
+    if (id >= capacity_.load(std::memory_order_acquire)) {
+      const std::lock_guard lock(grow_mu_);
+      while (chunks_.size() * kChunkSize <= id) chunks_.emplace_back(kChunkSize);
+      capacity_.store(chunks_.size() * kChunkSize, std::memory_order_release);
     }
-    return base_ | static_cast<uint32_t>(next_++);
+    return static_cast<uint32_t>(id);
   }
 
-  void Free(uint32_t local) {
-    Node& node = at(local);
+  // Clears what a node's next user must find zero; the caller keeps the id for reuse.
+  void Clear(uint32_t id) {
+    Node& node = at(id);
     node.pins.store(0, std::memory_order_relaxed);
     node.access_count.store(0, std::memory_order_relaxed);
     node.tiers.store(0, std::memory_order_relaxed);
     node.children.store(0, std::memory_order_relaxed);
-    free_.push_back(local);
   }
 
-  std::size_t capacity() const { return chunks_.size() * chunk_size(); }
-  std::size_t MemoryBytes() const { return capacity() * sizeof(Node) + free_.capacity() * sizeof(uint32_t); }
+  std::size_t MemoryBytes() const { return capacity_.load(std::memory_order_acquire) * sizeof(Node); }
 
  private:
-  std::size_t chunk_size() const { return std::size_t{1} << chunk_bits_; }
+  // 65,536 chunks of 65,536 nodes, less one chunk: ids stay below kNoNode.
+  static constexpr std::size_t kMaxChunks = (std::size_t{1} << (32 - kChunkBits)) - 1;
 
-  const uint32_t chunk_bits_;
-  const uint32_t base_;
-  const std::size_t max_chunks_;
-  std::vector<HugePageArray<Node>> chunks_;
-  std::vector<uint32_t> free_;
-  std::size_t next_ = 0;
+  std::mutex grow_mu_;
+  std::vector<HugePageArray<Node>> chunks_;  // appended under grow_mu_; never reallocated
+  std::atomic<uint64_t> capacity_{0};        // nodes in chunks_, published after they are made
+  std::atomic<uint64_t> next_{0};            // the next fresh id
 };
 
 // One shard: a table and its nodes, under its own lock (prefix_index.h).
 struct PrefixIndex::Shard {
-  Shard(std::size_t expected, uint32_t chunk_bits, uint32_t base, std::size_t max_nodes)
-      : arena(expected, chunk_bits, base, max_nodes),
-        slots(NewSlots(std::max<std::size_t>(16, expected * 10 / 7 + 1))) {}
+  explicit Shard(std::size_t expected) : slots(NewSlots(std::max<std::size_t>(16, expected * 10 / 7 + 1))) {}
 
   // Room for `expected` blocks at a load of 0.7, below the 0.75 that triggers growth.
   static std::unique_ptr<SlotArray> NewSlots(std::size_t count) {
@@ -154,7 +150,7 @@ struct PrefixIndex::Shard {
   // Its sections last a fraction of a microsecond: a writer or reader that finds it taken
   // spins for 2 us before it sleeps (measured: docs/index.md, "Shards").
   mutable ProfiledRwMutex mutex{std::chrono::microseconds(2)};
-  NodeArena arena;                  // GUARDED_BY(mutex) for structure; node atomics are lock-free
+  std::vector<uint32_t> free;       // ids of its evicted nodes, for its next inserts; GUARDED_BY(mutex)
   // Open addressing with linear probing over 16-byte slots (a hash of the key, node id,
   // parent id) in huge pages. GUARDED_BY(mutex).
   std::unique_ptr<SlotArray> slots;
@@ -222,21 +218,11 @@ void PinnedBlocks::Release() {
 PrefixIndex::PrefixIndex(PrefixIndexOptions options) {
   const uint32_t count = std::bit_floor(std::clamp<uint32_t>(options.shards, 1, PrefixIndexOptions::kMaxShards));
   shard_bits_ = static_cast<uint32_t>(std::countr_zero(count));
-  local_bits_ = 32 - shard_bits_;
   const std::size_t expected = std::min<std::size_t>(options.expected_blocks, std::size_t{1} << 31);
-  // Keys split over the shards unevenly: each is sized for an eighth more than its share.
+  arena_ = std::make_unique<NodeArena>(expected);
+  // Keys split over the shards unevenly: each table is sized for an eighth more than its share.
   const std::size_t per_shard = count == 1 ? expected : (expected + count - 1) / count * 9 / 8;
-  // A chunk holds a quarter of a shard's expected blocks (4,096 to 65,536 nodes), so that
-  // rounding up wastes little; a shard has at most 65,536 chunks, so its list of them stays
-  // small (and one shard keeps 65,536-node chunks).
-  const auto quarter_bits = static_cast<uint32_t>(std::max<std::size_t>(std::bit_width(per_shard - 1), 2) - 2);
-  const uint32_t chunk_bits = std::clamp<uint32_t>(quarter_bits, std::max<uint32_t>(12, local_bits_ - 16), 16);
-  // The last id of the last shard would be kNoNode: every shard stops a chunk short.
-  const std::size_t max_nodes = (std::size_t{1} << local_bits_) - (std::size_t{1} << chunk_bits);
-  for (uint32_t i = 0; i < count; ++i) {
-    const auto base = static_cast<uint32_t>(uint64_t{i} << local_bits_);
-    shards_.push_back(std::make_unique<Shard>(per_shard, chunk_bits, base, max_nodes));
-  }
+  for (uint32_t i = 0; i < count; ++i) shards_.push_back(std::make_unique<Shard>(per_shard));
 }
 
 PrefixIndex::~PrefixIndex() = default;
@@ -247,7 +233,8 @@ uint32_t PrefixIndex::ShardOfKey(const BlockKey& key) const {
   return static_cast<uint32_t>((SlotHash(key) * 0xD6E8FEB86659FD93ull) >> (64 - shard_bits_));
 }
 
-uint32_t PrefixIndex::ShardOfNode(uint32_t id) const { return static_cast<uint32_t>(uint64_t{id} >> local_bits_); }
+// The node's key is stable while the caller keeps it from being evicted (prefix_index.h).
+uint32_t PrefixIndex::ShardOfNode(uint32_t id) const { return ShardOfKey(arena_->at(id).key); }
 
 uint64_t PrefixIndex::MaskOf(std::span<const BlockKey> keys) const {
   if (shard_bits_ == 0) return 1;
@@ -256,13 +243,8 @@ uint64_t PrefixIndex::MaskOf(std::span<const BlockKey> keys) const {
   return mask;
 }
 
-PrefixIndex::Node& PrefixIndex::NodeAt(uint32_t id) {
-  return shards_[ShardOfNode(id)]->arena.at(static_cast<uint32_t>(id & ((uint64_t{1} << local_bits_) - 1)));
-}
-
-const PrefixIndex::Node& PrefixIndex::NodeAt(uint32_t id) const {
-  return shards_[ShardOfNode(id)]->arena.at(static_cast<uint32_t>(id & ((uint64_t{1} << local_bits_) - 1)));
-}
+PrefixIndex::Node& PrefixIndex::NodeAt(uint32_t id) { return arena_->at(id); }
+const PrefixIndex::Node& PrefixIndex::NodeAt(uint32_t id) const { return arena_->at(id); }
 
 // The slot holding `key`, or the slot count when absent. Requires the shard's lock (any mode).
 static std::size_t FindSlot(const auto& slots, const auto& node_key, const BlockKey& key) {
@@ -275,8 +257,7 @@ static std::size_t FindSlot(const auto& slots, const auto& node_key, const Block
 }
 
 std::size_t PrefixIndex::FindSlotIn(const Shard& shard, const BlockKey& key) const {
-  const uint64_t local_mask = (uint64_t{1} << local_bits_) - 1;
-  auto node_key = [&shard, local_mask](uint32_t id) -> const BlockKey& { return shard.arena.at(static_cast<uint32_t>(id & local_mask)).key; };
+  auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
   return FindSlot(*shard.slots, node_key, key);
 }
 
@@ -406,7 +387,13 @@ Result<PrefixIndex::Indexed> PrefixIndex::InsertOneLocked(Shard& shard, const Bl
     return Indexed{present, false};
   }
   if ((shard.used + 1) * 4 > shard.slots->size() * 3) GrowTableLocked(shard);
-  KVTIER_ASSIGN_OR_RETURN(const uint32_t id, shard.arena.Allocate());
+  uint32_t id = kNoNode;
+  if (!shard.free.empty()) {
+    id = shard.free.back();
+    shard.free.pop_back();
+  } else {
+    KVTIER_ASSIGN_OR_RETURN(id, arena_->AllocateFresh());
+  }
   Node& node = NodeAt(id);
   node.key = key;
   node.fingerprint = meta.fingerprint;
@@ -444,21 +431,10 @@ void PrefixIndex::FindRun(std::span<const BlockKey> keys, RunStart start, std::v
     const SlotArray& slots = *shards_[ShardOfKey(keys[i])]->slots;
     __builtin_prefetch(&slots[Home(SlotHash(keys[i]), slots.size())]);
   };
-  // Unlike LongestPrefix, the run reads every block's node too. Nodes of one chain lie apart
-  // (in several shards, or freed and reused), so the node of block i + 4 is prefetched from
-  // its home slot, which arrived by then, while block i is read.
-  constexpr std::size_t kNodeDistance = 4;
-  auto prefetch_node = [&](std::size_t i) {
-    const SlotArray& slots = *shards_[ShardOfKey(keys[i])]->slots;
-    const uint64_t hash = SlotHash(keys[i]);
-    const Slot& home = slots[Home(hash, slots.size())];
-    if (home.node != kNoNode && home.hash == hash) __builtin_prefetch(&NodeAt(home.node));
-  };
   for (std::size_t i = 0; i < std::min(kSlotDistance, keys.size()); ++i) prefetch_slot(i);
   uint32_t previous = kNoNode;
   for (std::size_t k = 0; k < keys.size(); ++k) {
     if (k + kSlotDistance < keys.size()) prefetch_slot(k + kSlotDistance);
-    if (k + kNodeDistance < keys.size()) prefetch_node(k + kNodeDistance);
     const uint32_t id = FindNode(*shards_[ShardOfKey(keys[k])], keys[k]);
     if (id == kNoNode) break;
     const uint32_t parent = NodeAt(id).parent;
@@ -547,7 +523,8 @@ Status PrefixIndex::Evict(const BlockKey& key) {
   }
   const uint32_t parent = node.parent;
   EraseSlotLocked(home, slot);
-  home.arena.Free(static_cast<uint32_t>(id & ((uint64_t{1} << local_bits_) - 1)));
+  arena_->Clear(id);
+  home.free.push_back(id);
   home.leaves.fetch_sub(1, std::memory_order_relaxed);
   ++home.evictions;
   // Last, once the block can no longer be found: the parent may be evicted from here on, so
@@ -615,9 +592,9 @@ std::size_t PrefixIndex::MemoryBytes() const {
   std::size_t bytes = 0;
   for (const auto& shard : shards_) {
     std::shared_lock lock(shard->mutex);
-    bytes += shard->slots->bytes() + shard->arena.MemoryBytes();
+    bytes += shard->slots->bytes() + shard->free.capacity() * sizeof(uint32_t);
   }
-  return bytes;
+  return bytes + arena_->MemoryBytes();
 }
 
 // ---- table maintenance (the shard held exclusively) ----
