@@ -138,7 +138,8 @@ class PrefixIndex::NodeArena {
 
 // One shard: a table and its nodes, under its own lock (prefix_index.h).
 struct PrefixIndex::Shard {
-  explicit Shard(std::size_t expected) : slots(NewSlots(std::max<std::size_t>(16, expected * 10 / 7 + 1))) {}
+  Shard(std::size_t expected, std::chrono::nanoseconds spin)
+      : mutex(spin), slots(NewSlots(std::max<std::size_t>(16, expected * 10 / 7 + 1))) {}
 
   // Room for `expected` blocks at a load of 0.7, below the 0.75 that triggers growth.
   static std::unique_ptr<SlotArray> NewSlots(std::size_t count) {
@@ -147,9 +148,7 @@ struct PrefixIndex::Shard {
     return slots;
   }
 
-  // Its sections last a fraction of a microsecond: a writer or reader that finds it taken
-  // spins for 2 us before it sleeps (measured: docs/index.md, "Shards").
-  mutable ProfiledRwMutex mutex{std::chrono::microseconds(2)};
+  mutable ProfiledRwMutex mutex;  // spins when there are several shards (the constructor's)
   std::vector<uint32_t> free;       // ids of its evicted nodes, for its next inserts; GUARDED_BY(mutex)
   // Open addressing with linear probing over 16-byte slots (a hash of the key, node id,
   // parent id) in huge pages. GUARDED_BY(mutex).
@@ -222,7 +221,11 @@ PrefixIndex::PrefixIndex(PrefixIndexOptions options) {
   arena_ = std::make_unique<NodeArena>(expected);
   // Keys split over the shards unevenly: each table is sized for an eighth more than its share.
   const std::size_t per_shard = count == 1 ? expected : (expected + count - 1) / count * 9 / 8;
-  for (uint32_t i = 0; i < count; ++i) shards_.push_back(std::make_unique<Shard>(per_shard));
+  // With several shards a writer holds one for a block, a fraction of a microsecond: one that
+  // finds it taken spins 2 us before it sleeps. One shard is held for a whole chain's insert,
+  // where spinning only costs (docs/index.md, "Shards").
+  const std::chrono::nanoseconds spin = count > 1 ? std::chrono::microseconds(2) : std::chrono::nanoseconds(0);
+  for (uint32_t i = 0; i < count; ++i) shards_.push_back(std::make_unique<Shard>(per_shard, spin));
 }
 
 PrefixIndex::~PrefixIndex() = default;
