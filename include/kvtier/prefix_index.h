@@ -199,11 +199,11 @@ class PrefixIndex {
   };
   Result<Indexed> InsertOneLocked(Shard& shard, const BlockKey& key, const BlockMeta& meta, uint64_t now,
                                   uint32_t parent, std::size_t position, std::size_t inserted_before);
-  // Counts a child of `parent` in advance (with its shard held, in any mode), so that it is
-  // not evicted; ReleaseChild takes the count back (no lock needed: the parent is not
-  // touched after).
-  void ClaimChild(uint32_t parent);
-  void ReleaseChild(uint32_t parent);
+  // Counts a child of `parent` (in shard `parent_shard`) in advance, with that shard held in
+  // any mode, so that it is not evicted; ReleaseChild takes the count back (no lock needed:
+  // the parent is not touched after, so its shard is given, not read from its node).
+  void ClaimChild(uint32_t parent, uint32_t parent_shard);
+  void ReleaseChild(uint32_t parent, uint32_t parent_shard);
   void Unpin(std::span<const uint32_t> nodes) const;
   BlockInfo InfoLocked(uint32_t id) const;
   void InsertSlotLocked(Shard& shard, uint64_t hash, uint32_t id);

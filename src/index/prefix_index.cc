@@ -333,13 +333,12 @@ Result<std::size_t> PrefixIndex::Insert(std::span<const BlockKey> keys, std::spa
     if (up != nullptr) {
       const uint32_t up_shard = ShardOfKey(*up);
       if (own.owns_lock() && own_shard == up_shard) {
-        if (i == 0) previous = FindNode(*shards_[up_shard], *up);  // else the block before, held since
-        if (previous != kNoNode) ClaimChild(previous);
+        ClaimChild(previous, up_shard);  // the block before, its shard held since
       } else {
         if (own.owns_lock()) own.unlock();
         const std::shared_lock read(shards_[up_shard]->mutex);
         previous = FindNode(*shards_[up_shard], *up);
-        if (previous != kNoNode) ClaimChild(previous);
+        if (previous != kNoNode) ClaimChild(previous, up_shard);
       }
       if (previous == kNoNode) {
         return Status::NotFound(i == 0 ? "Insert: parent block " + up->ToHex() + " is not in the index"
@@ -355,7 +354,7 @@ Result<std::size_t> PrefixIndex::Insert(std::span<const BlockKey> keys, std::spa
       own_shard = shard;
     }
     Result<Indexed> block = InsertOneLocked(*shards_[shard], keys[i], meta[i], now, claimed, i, inserted);
-    if (claimed != kNoNode && !(block.ok() && block->added)) ReleaseChild(claimed);
+    if (claimed != kNoNode && !(block.ok() && block->added)) ReleaseChild(claimed, ShardOfKey(*up));
     if (!block.ok()) return block.status();
     if (block->added) ++inserted;
     previous = block->id;
@@ -363,15 +362,15 @@ Result<std::size_t> PrefixIndex::Insert(std::span<const BlockKey> keys, std::spa
   return inserted;
 }
 
-void PrefixIndex::ClaimChild(uint32_t parent) {
+void PrefixIndex::ClaimChild(uint32_t parent, uint32_t parent_shard) {
   if (NodeAt(parent).children.fetch_add(1, std::memory_order_acq_rel) == 0) {
-    shards_[ShardOfNode(parent)]->leaves.fetch_sub(1, std::memory_order_relaxed);
+    shards_[parent_shard]->leaves.fetch_sub(1, std::memory_order_relaxed);
   }
 }
 
-void PrefixIndex::ReleaseChild(uint32_t parent) {
+void PrefixIndex::ReleaseChild(uint32_t parent, uint32_t parent_shard) {
   if (NodeAt(parent).children.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    shards_[ShardOfNode(parent)]->leaves.fetch_add(1, std::memory_order_relaxed);
+    shards_[parent_shard]->leaves.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -525,6 +524,8 @@ Status PrefixIndex::Evict(const BlockKey& key) {
     return Status::FailedPrecondition("Evict: block " + key.ToHex() + " is pinned");
   }
   const uint32_t parent = node.parent;
+  // Its shard read while this block still keeps it (its key then cannot change).
+  const uint32_t parent_shard = parent != kNoNode ? ShardOfNode(parent) : 0;
   EraseSlotLocked(home, slot);
   arena_->Clear(id);
   home.free.push_back(id);
@@ -532,7 +533,7 @@ Status PrefixIndex::Evict(const BlockKey& key) {
   ++home.evictions;
   // Last, once the block can no longer be found: the parent may be evicted from here on, so
   // it is not touched after.
-  if (parent != kNoNode) ReleaseChild(parent);
+  if (parent != kNoNode) ReleaseChild(parent, parent_shard);
   return Status::Ok();
 }
 
