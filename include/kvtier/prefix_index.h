@@ -10,7 +10,7 @@
 //
 // Per node: the key, its parent, children count, size, the tiers holding it (a bit per
 // tier), a pin count, last access time and access count, the predictor's tags (block type,
-// transition) and a token fingerprint: 64 bytes, about 80 per block with the table
+// transition) and a token fingerprint: 56 bytes, about 80 per block with the table
 // (`MemoryBytes()`). Placement per head group (head-granular eviction) will live in a side
 // table that only blocks split across tiers use.
 //

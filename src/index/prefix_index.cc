@@ -90,6 +90,8 @@ struct PrefixIndex::Node {
 // exclusively. Past them a chunk is added on demand, under `grow_mu_`. The list of chunks has
 // room for the most the index may hold from the start, so it never moves under a reader.
 class PrefixIndex::NodeArena {
+  static_assert(sizeof(Node) == 56, "prefix_index.h and docs/index.md give a node's size");
+
  public:
   explicit NodeArena(std::size_t expected_blocks) {
     chunks_.reserve(kMaxChunks);
