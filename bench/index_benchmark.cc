@@ -104,6 +104,19 @@ Result<std::string> RunIndexBenchmark(const IndexBenchmarkOptions& options) {
   if (run_found != found) {
     return Status::Internal("FindRun found " + std::to_string(run_found) + " blocks, LongestPrefix " + std::to_string(found));
   }
+  // The walk the store's lookups and read plans take now: sizes and tiers only.
+  start = Clock::now();
+  uint64_t placement_found = 0;
+  std::vector<PrefixIndex::RunPlacement> placement;
+  for (std::size_t i : order) {
+    index->FindRunPlacement(chains[i], PrefixIndex::RunStart::kChainStart, placement);
+    placement_found += placement.size();
+  }
+  const double index_placement_s = Seconds(start);
+  if (placement_found != found) {
+    return Status::Internal("FindRunPlacement found " + std::to_string(placement_found) + " blocks, LongestPrefix " +
+                            std::to_string(found));
+  }
   // The same lookups followed by Touch of the hit blocks, as a scheduler that runs them does.
   start = Clock::now();
   for (std::size_t i : order) index->Touch(std::span(chains[i]).first(index->LongestPrefix(chains[i])), 2);
@@ -141,6 +154,8 @@ Result<std::string> RunIndexBenchmark(const IndexBenchmarkOptions& options) {
   out["lookup_speedup"] = baseline_lookup_s / index_lookup_s;
   out["find_run_blocks_per_s"] = static_cast<double>(run_found) / index_run_s;
   out["find_run_speedup"] = baseline_lookup_s / index_run_s;
+  out["find_run_placement_blocks_per_s"] = static_cast<double>(placement_found) / index_placement_s;
+  out["find_run_placement_speedup"] = baseline_lookup_s / index_placement_s;
   out["lookup_and_touch_blocks_per_s"] = static_cast<double>(found) / index_lookup_touch_s;
   out["insert_blocks_per_s"] = static_cast<double>(options.blocks) / index_insert_s;
   out["baseline_insert_blocks_per_s"] = static_cast<double>(baseline.size()) / baseline_insert_s;

@@ -154,6 +154,15 @@ class PrefixIndex {
   // allowed by `start`. The read path's walk of a chain: one lock for the whole run and the
   // probes of later keys prefetched, where a Find per key pays a lock and a cache miss each.
   void FindRun(std::span<const BlockKey> keys, RunStart start, std::vector<BlockInfo>& out) const;
+  // What the read path needs of a block of a run (its key is the caller's): its size and the
+  // tiers holding it.
+  struct RunPlacement {
+    uint32_t size_bytes = 0;
+    TierMask tiers = 0;
+  };
+  // FindRun's walk, keeping only each block's RunPlacement: no snapshot (88 bytes a block)
+  // and no parent's key read, which a lookup of a long chain does not need.
+  void FindRunPlacement(std::span<const BlockKey> keys, RunStart start, std::vector<RunPlacement>& out) const;
 
   // Pins the first `keys.size()` blocks of a chain; NotFound if one is missing.
   Result<PinnedBlocks> Pin(std::span<const BlockKey> keys) const;
@@ -204,6 +213,9 @@ class PrefixIndex {
   // the parent is not touched after, so its shard is given, not read from its node).
   void ClaimChild(uint32_t parent, uint32_t parent_shard);
   void ReleaseChild(uint32_t parent, uint32_t parent_shard);
+  // The run FindRun describes, each of its blocks' nodes given to `emit`, its shards held.
+  template <typename Emit>
+  void WalkRun(std::span<const BlockKey> keys, RunStart start, Emit&& emit) const;
   void Unpin(std::span<const uint32_t> nodes) const;
   BlockInfo InfoLocked(uint32_t id) const;
   void InsertSlotLocked(Shard& shard, uint64_t hash, uint32_t id);

@@ -426,8 +426,8 @@ std::optional<BlockInfo> PrefixIndex::Find(const BlockKey& key) const {
   return InfoLocked(id);
 }
 
-void PrefixIndex::FindRun(std::span<const BlockKey> keys, RunStart start, std::vector<BlockInfo>& out) const {
-  out.clear();
+template <typename Emit>
+void PrefixIndex::WalkRun(std::span<const BlockKey> keys, RunStart start, Emit&& emit) const {
   const SharedShards locked(*this, keys);
   // As LongestPrefix: the slots of block i + 8 are prefetched while block i is checked.
   constexpr std::size_t kSlotDistance = 8;
@@ -444,9 +444,22 @@ void PrefixIndex::FindRun(std::span<const BlockKey> keys, RunStart start, std::v
     const uint32_t parent = NodeAt(id).parent;
     const bool continues = k > 0 ? parent == previous : start == RunStart::kAnyBlock || parent == kNoNode;
     if (!continues) break;
-    out.push_back(InfoLocked(id));
+    emit(id);
     previous = id;
   }
+}
+
+void PrefixIndex::FindRun(std::span<const BlockKey> keys, RunStart start, std::vector<BlockInfo>& out) const {
+  out.clear();
+  WalkRun(keys, start, [&](uint32_t id) { out.push_back(InfoLocked(id)); });
+}
+
+void PrefixIndex::FindRunPlacement(std::span<const BlockKey> keys, RunStart start, std::vector<RunPlacement>& out) const {
+  out.clear();
+  WalkRun(keys, start, [&](uint32_t id) {
+    const Node& node = NodeAt(id);
+    out.push_back({node.size_bytes, node.tiers.load(std::memory_order_relaxed)});
+  });
 }
 
 // Needs the node's shard held (any mode); its parent's key is read as prefix_index.h allows.

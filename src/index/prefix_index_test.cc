@@ -115,6 +115,25 @@ TEST_P(PrefixIndexTest, FindRunStopsWhereFindPerKeyWould) {
   EXPECT_EQ(run.front().key, a[5]);
   index.FindRun({}, PrefixIndex::RunStart::kAnyBlock, run);
   EXPECT_TRUE(run.empty());
+  // FindRunPlacement walks the same runs and keeps each block's size and tiers.
+  std::vector<PrefixIndex::RunPlacement> placement;
+  const std::vector<BlockKey> middle_keys(middle.begin(), middle.end());
+  for (const auto& [keys, start] : std::vector<std::pair<std::vector<BlockKey>, PrefixIndex::RunStart>>{
+           {a, PrefixIndex::RunStart::kChainStart}, {gap, PrefixIndex::RunStart::kChainStart},
+           {crossed, PrefixIndex::RunStart::kChainStart}, {middle_keys, PrefixIndex::RunStart::kChainStart},
+           {middle_keys, PrefixIndex::RunStart::kAnyBlock}, {b, PrefixIndex::RunStart::kChainStart}}) {
+    index.FindRun(keys, start, run);
+    index.FindRunPlacement(keys, start, placement);
+    ASSERT_EQ(placement.size(), run.size());
+    for (std::size_t i = 0; i < run.size(); ++i) {
+      EXPECT_EQ(placement[i].size_bytes, run[i].meta.size_bytes);
+      EXPECT_EQ(placement[i].tiers, run[i].meta.tiers);
+    }
+  }
+  ASSERT_TRUE(index.SetTier(a[3], 2, true).ok());
+  index.FindRunPlacement(a, PrefixIndex::RunStart::kChainStart, placement);
+  EXPECT_EQ(placement[3].tiers, 1u << 2);
+  EXPECT_EQ(placement[20].size_bytes, 100u);
 }
 
 TEST_P(PrefixIndexTest, OnlyUnpinnedLeavesAreEvicted) {

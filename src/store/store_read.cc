@@ -33,31 +33,30 @@ LookupResult TieredStore::Impl::Lookup(std::span<const BlockKey> keys) {
   return result;
 }
 
-std::span<const BlockInfo> TieredStore::Impl::IndexedRunLocked(std::span<const BlockKey> keys) const {
+std::span<const PrefixIndex::RunPlacement> TieredStore::Impl::IndexedRunLocked(std::span<const BlockKey> keys) const {
   // Reused so that a lookup allocates nothing here: the read path runs it for every request.
-  thread_local std::vector<BlockInfo> run;
-  index.FindRun(keys, options.keys_name_prefix ? PrefixIndex::RunStart::kAnyBlock : PrefixIndex::RunStart::kChainStart,
-                run);
-  const auto uncopied = std::ranges::find_if(run, [](const BlockInfo& info) { return info.meta.tiers == 0; });
+  thread_local std::vector<PrefixIndex::RunPlacement> run;
+  index.FindRunPlacement(
+      keys, options.keys_name_prefix ? PrefixIndex::RunStart::kAnyBlock : PrefixIndex::RunStart::kChainStart, run);
+  const auto uncopied = std::ranges::find_if(run, [](const PrefixIndex::RunPlacement& block) { return block.tiers == 0; });
   return std::span(run).first(static_cast<std::size_t>(uncopied - run.begin()));
 }
 
 LookupResult TieredStore::Impl::LookupIndexedLocked(std::span<const BlockKey> keys) {
   LookupResult result;
-  const std::span<const BlockInfo> run = IndexedRunLocked(keys);
+  const std::span<const PrefixIndex::RunPlacement> run = IndexedRunLocked(keys);
   result.tier.reserve(run.size());
   result.bytes.reserve(run.size());
-  for (const BlockInfo& info : run) {
-    const int t = FastestTier(info.meta.tiers);
+  for (std::size_t i = 0; i < run.size(); ++i) {
+    const int t = FastestTier(run[i].tiers);
     result.tier.push_back(t);
-    result.bytes.push_back(info.meta.size_bytes);
+    result.bytes.push_back(run[i].size_bytes);
     if (options.cost_model) {
-      BlockGuard guard(blocks, BlockGuard::Mode::kShared, info.key);
-      const Block* entry = blocks.Find(info.key);
+      BlockGuard guard(blocks, BlockGuard::Mode::kShared, keys[i]);
+      const Block* entry = blocks.Find(keys[i]);
       const uint64_t tokens = entry == nullptr ? 0 : entry->tokens;
       const uint64_t before = entry == nullptr ? 0 : entry->tokens_before;
-      result.decisions.push_back(
-          DecideLoad(*options.cost_model, tier_state(t).cost, info.meta.size_bytes, tokens, before));
+      result.decisions.push_back(DecideLoad(*options.cost_model, tier_state(t).cost, run[i].size_bytes, tokens, before));
     }
   }
   result.prefix_blocks = result.tier.size();
@@ -171,14 +170,14 @@ std::vector<TieredStore::Impl::PlannedRead> TieredStore::Impl::PlanReads(std::sp
 
 std::vector<TieredStore::Impl::PlannedRead> TieredStore::Impl::PlanReadsLocked(std::span<const BlockKey> keys) const {
   std::vector<PlannedRead> plan;
-  const std::span<const BlockInfo> run = IndexedRunLocked(keys);
+  const std::span<const PrefixIndex::RunPlacement> run = IndexedRunLocked(keys);
   plan.reserve(run.size());
-  for (const BlockInfo& info : run) {
+  for (std::size_t i = 0; i < run.size(); ++i) {
     PlannedRead& read = plan.emplace_back();
-    read.tier = FastestTier(info.meta.tiers);
-    read.bytes = info.meta.size_bytes;
-    BlockGuard guard(blocks, BlockGuard::Mode::kShared, info.key);
-    if (const Block* entry = blocks.Find(info.key); entry != nullptr) {
+    read.tier = FastestTier(run[i].tiers);
+    read.bytes = run[i].size_bytes;
+    BlockGuard guard(blocks, BlockGuard::Mode::kShared, keys[i]);
+    if (const Block* entry = blocks.Find(keys[i]); entry != nullptr) {
       read.split = SplitIn(*entry, read.tier);
       read.placement = entry->placement;
     }

@@ -316,7 +316,8 @@ struct TieredStore::Impl {
   // The leading blocks of `keys` that the read path may use: a run in the index (ContinuesRun
   // for each) whose blocks each have a copy in some tier. Requires `mu_` (any mode). The view
   // is this thread's, valid until its next call.
-  std::span<const BlockInfo> IndexedRunLocked(std::span<const BlockKey> keys) const;
+  // Block i of the run is keys[i].
+  std::span<const PrefixIndex::RunPlacement> IndexedRunLocked(std::span<const BlockKey> keys) const;
 
   // The share of promotions from tier `t` into the fastest tier that must be read again for
   // them to pay (PromotionGate::Admit): loading `bytes` from the fastest tier (what the copy

@@ -178,12 +178,13 @@ Result<StorePin> TieredStore::Pin(std::span<const BlockKey> keys) {
   Impl& s = *impl_;
   std::vector<BlockKey> pinned;
   Impl::ExclusiveLock lock(s);
-  for (const BlockInfo& info : s.IndexedRunLocked(keys)) {
-    Impl::Block* entry = s.blocks.Find(info.key);
+  const std::size_t run = s.IndexedRunLocked(keys).size();
+  for (const BlockKey& key : keys.first(run)) {
+    Impl::Block* entry = s.blocks.Find(key);
     if (entry == nullptr) break;
     ++entry->pins;
-    s.RefreshEvictableLocked(info.key);
-    pinned.push_back(info.key);
+    s.RefreshEvictableLocked(key);
+    pinned.push_back(key);
   }
   s.stats.pinned_blocks += pinned.size();
   return StorePin(this, std::move(pinned));
