@@ -15,6 +15,17 @@ struct LockProfile {
   double exclusive_hold_seconds = 0;
   uint64_t shared_waits = 0;  // shared acquisitions that found a writer holding or waiting
   double shared_wait_seconds = 0;
+
+  // Adds another lock's: what a set of locks (the shards of one structure) cost in all.
+  LockProfile& operator+=(const LockProfile& other) {
+    exclusive_acquisitions += other.exclusive_acquisitions;
+    exclusive_waits += other.exclusive_waits;
+    exclusive_wait_seconds += other.exclusive_wait_seconds;
+    exclusive_hold_seconds += other.exclusive_hold_seconds;
+    shared_waits += other.shared_waits;
+    shared_wait_seconds += other.shared_wait_seconds;
+    return *this;
+  }
 };
 
 }  // namespace kvtier

@@ -196,6 +196,8 @@ class PrefixIndex {
   uint32_t ShardOfNode(uint32_t id) const;
   Node& NodeAt(uint32_t id);
   const Node& NodeAt(uint32_t id) const;
+  // Prefetches the home slot of `key` in its shard (held in any mode).
+  void PrefetchHomeSlot(const BlockKey& key) const;
   // The slot of `key` in its shard (held in any mode), or the shard's slot count.
   std::size_t FindSlotIn(const Shard& shard, const BlockKey& key) const;
   // The node of `key` in its shard (held in any mode), or kNoNode.

@@ -34,6 +34,9 @@ std::size_t Home(uint64_t hash, std::size_t slots) {
 
 std::size_t Next(std::size_t i, std::size_t slots) { return i + 1 == slots ? 0 : i + 1; }
 
+// A walk of a chain prefetches the table slot of the block this many ahead of the one it checks.
+constexpr std::size_t kSlotDistance = 8;
+
 }  // namespace
 
 // A slot holds what a longest-prefix walk needs, so that the walk reads one cache line per
@@ -261,6 +264,11 @@ static std::size_t FindSlot(const auto& slots, const auto& node_key, const Block
   }
 }
 
+void PrefixIndex::PrefetchHomeSlot(const BlockKey& key) const {
+  const SlotArray& slots = *shards_[ShardOfKey(key)]->slots;
+  __builtin_prefetch(&slots[Home(SlotHash(key), slots.size())]);
+}
+
 std::size_t PrefixIndex::FindSlotIn(const Shard& shard, const BlockKey& key) const {
   auto node_key = [this](uint32_t id) -> const BlockKey& { return arena_->at(id).key; };
   return FindSlot(*shard.slots, node_key, key);
@@ -282,14 +290,9 @@ std::size_t PrefixIndex::LongestPrefix(std::span<const BlockKey> keys, std::span
   // The walk reads only table slots (key word, node, parent): one cache line per block, and
   // none of the nodes unless fingerprints are checked. All keys are known up front, so the
   // slots of block i + 8 are prefetched while block i is checked.
-  constexpr std::size_t kSlotDistance = 8;
-  auto prefetch_slot = [&](std::size_t i) {
-    const SlotArray& slots = *shards_[ShardOfKey(keys[i])]->slots;
-    __builtin_prefetch(&slots[Home(SlotHash(keys[i]), slots.size())]);
-  };
-  for (std::size_t i = 0; i < std::min(kSlotDistance, keys.size()); ++i) prefetch_slot(i);
+  for (std::size_t i = 0; i < std::min(kSlotDistance, keys.size()); ++i) PrefetchHomeSlot(keys[i]);
   for (; found < keys.size(); ++found) {
-    if (found + kSlotDistance < keys.size()) prefetch_slot(found + kSlotDistance);
+    if (found + kSlotDistance < keys.size()) PrefetchHomeSlot(keys[found + kSlotDistance]);
     // Match on the key's 64-bit SlotHash plus the parent link: a false match needs two keys
     // with equal hashes under the same parent (2^-64), and stored payloads are fetched by the
     // full 128-bit key, so such a match can only turn into a miss there, never wrong data.
@@ -430,15 +433,10 @@ template <typename Emit>
 void PrefixIndex::WalkRun(std::span<const BlockKey> keys, RunStart start, Emit&& emit) const {
   const SharedShards locked(*this, keys);
   // As LongestPrefix: the slots of block i + 8 are prefetched while block i is checked.
-  constexpr std::size_t kSlotDistance = 8;
-  auto prefetch_slot = [&](std::size_t i) {
-    const SlotArray& slots = *shards_[ShardOfKey(keys[i])]->slots;
-    __builtin_prefetch(&slots[Home(SlotHash(keys[i]), slots.size())]);
-  };
-  for (std::size_t i = 0; i < std::min(kSlotDistance, keys.size()); ++i) prefetch_slot(i);
+  for (std::size_t i = 0; i < std::min(kSlotDistance, keys.size()); ++i) PrefetchHomeSlot(keys[i]);
   uint32_t previous = kNoNode;
   for (std::size_t k = 0; k < keys.size(); ++k) {
-    if (k + kSlotDistance < keys.size()) prefetch_slot(k + kSlotDistance);
+    if (k + kSlotDistance < keys.size()) PrefetchHomeSlot(keys[k + kSlotDistance]);
     const uint32_t id = FindNode(*shards_[ShardOfKey(keys[k])], keys[k]);
     if (id == kNoNode) break;
     const uint32_t parent = NodeAt(id).parent;
@@ -587,14 +585,7 @@ PrefixIndex::Stats PrefixIndex::GetStats() const {
     stats.evictions += shard->evictions;
     stats.shard_locks.push_back(shard->mutex.Profile());
   }
-  for (const LockProfile& lock : stats.shard_locks) {
-    stats.lock.exclusive_acquisitions += lock.exclusive_acquisitions;
-    stats.lock.exclusive_waits += lock.exclusive_waits;
-    stats.lock.exclusive_wait_seconds += lock.exclusive_wait_seconds;
-    stats.lock.exclusive_hold_seconds += lock.exclusive_hold_seconds;
-    stats.lock.shared_waits += lock.shared_waits;
-    stats.lock.shared_wait_seconds += lock.shared_wait_seconds;
-  }
+  for (const LockProfile& lock : stats.shard_locks) stats.lock += lock;
   return stats;
 }
 

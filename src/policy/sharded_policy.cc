@@ -141,14 +141,7 @@ std::vector<LockProfile> ShardedPolicy::ShardProfiles() const {
 
 LockProfile ShardedPolicy::Profile() const {
   LockProfile sum;
-  for (const LockProfile& p : ShardProfiles()) {
-    sum.exclusive_acquisitions += p.exclusive_acquisitions;
-    sum.exclusive_waits += p.exclusive_waits;
-    sum.exclusive_wait_seconds += p.exclusive_wait_seconds;
-    sum.exclusive_hold_seconds += p.exclusive_hold_seconds;
-    sum.shared_waits += p.shared_waits;
-    sum.shared_wait_seconds += p.shared_wait_seconds;
-  }
+  for (const LockProfile& p : ShardProfiles()) sum += p;
   return sum;
 }
 
