@@ -9,9 +9,11 @@ import struct
 import pytest
 
 from kvtier.vllm.layout import (
+    NULL_BLOCK_ID,
     RequestPlan,
     batch_ranges,
     block_key,
+    block_rows,
     combine_shard_lookups,
     contiguous_runs,
     layout_fingerprint,
@@ -20,6 +22,8 @@ from kvtier.vllm.layout import (
     namespace_tenant,
     natural_layer_order,
     page_geometry,
+    row_block_ids,
+    saveable,
     shard_tenants,
     tail_keys,
     tail_lengths,
@@ -201,6 +205,38 @@ def test_contiguous_runs():
     assert contiguous_runs([7]) == [(0, 7, 1)]
     assert contiguous_runs([3, 4, 5, 9, 10, 2]) == [(0, 3, 3), (3, 9, 2), (5, 2, 1)]
     assert contiguous_runs([5, 4]) == [(0, 5, 1), (1, 4, 1)], "only ascending ids share a slice"
+
+
+def test_contiguous_runs_leave_out_the_null_block():
+    # A sliding-window group's column: the window passed positions 0 and 1.
+    assert contiguous_runs([0, 0, 7, 8], skip=NULL_BLOCK_ID) == [(2, 7, 2)]
+    # Positions around a null block are not one slice of the load buffer, even with ids in a row.
+    assert contiguous_runs([5, 0, 6], skip=NULL_BLOCK_ID) == [(0, 5, 1), (2, 6, 1)]
+    assert contiguous_runs([0, 1, 2]) == [(0, 0, 3)], "without skip, id 0 is a block like any other"
+
+
+def test_block_rows_name_each_position_in_every_group():
+    full, window = [4, 5, 6], [0, 9, 10]
+    assert block_rows([full, window]) == [(4, 0), (5, 9), (6, 10)]
+    assert block_rows([full]) == [(4,), (5,), (6,)]
+    assert block_rows([[], []]) == []
+    with pytest.raises(ValueError, match="different lengths"):
+        block_rows([full, [9, 10]])  # rows would pair one position's block with another's
+
+
+def test_saves_start_after_the_last_row_a_sliding_window_passed():
+    k = [bytes([i]) * 16 for i in range(4)]
+    whole = [((4, 8), k[1]), ((5, 9), k[2])]
+    assert saveable(k[0], whole) == (k[0], whole)
+    holed = [((3, 0), k[0]), ((4, 0), k[1]), ((5, 9), k[2]), ((6, 10), k[3])]
+    assert saveable(None, holed) == (k[1], holed[2:]), "the rest is saved under the last passed block's key"
+    assert saveable(None, holed[:2]) == (k[1], [])
+    assert saveable(None, []) == (None, [])
+
+
+def test_row_block_ids_are_every_groups_but_the_null_block():
+    assert row_block_ids([(4, 0), (5, 9)]) == [4, 5, 9]
+    assert row_block_ids([]) == []
 
 
 def test_tail_lengths_are_multiples_of_the_granularity_below_a_block():

@@ -2,7 +2,8 @@
 # CI's end-to-end stage for the vLLM connector (docs/vllm.md): real vLLM CPU engines save a
 # prompt's KV through `kvtier serve` and a new engine loads it back, once with the blocks in
 # DRAM (synchronous, layer-pipelined loads), once with them on disk only (asynchronous
-# loads), and once through two daemons sharing a Redis pool (the new engine on the other). Needs the release build (scripts/test.sh) and the CPU build of torch 2.13.0 that pip
+# loads), once through two daemons sharing a Redis pool (the new engine on the other), and once
+# with a hybrid model, whose loads also fail on purpose in one more engine. Needs the release build (scripts/test.sh) and the CPU build of torch 2.13.0 that pip
 # finds in /opt/wheels (KVTIER_TORCH_WHEEL_DIR); where that wheel is absent it says so and
 # skips, since vLLM's CPU build cannot be installed without it.
 #
@@ -62,3 +63,8 @@ ci_stage vllm.roundtrip.disk "$venv/bin/python" tools/vllm/e2e_connector.py roun
 # Two nodes: engine B, on its own daemon, loads what engine A saved through the other daemon,
 # found in one shared Redis pool (docs/cluster.md).
 ci_stage vllm.roundtrip.shared "$venv/bin/python" tools/vllm/e2e_connector.py roundtrip --tiers shared
+# A hybrid model (sliding-window and full-attention layers: two KV cache groups under vLLM's
+# hybrid allocator), and an engine whose loads all fail, which must recompute (docs/vllm.md,
+# "Hybrid models").
+ci_stage vllm.groups "$venv/bin/python" tools/vllm/e2e_connector.py groups
+ci_stage vllm.roundtrip.hybrid "$venv/bin/python" tools/vllm/e2e_connector.py roundtrip --arch hybrid --failed-load-control

@@ -4,9 +4,11 @@
     PY=/work/venv-vllm/bin/python
     $PY tools/vllm/e2e_connector.py roundtrip                 # tiny Llama GQA, 1000-token prompt
     $PY tools/vllm/e2e_connector.py roundtrip --arch deepseek # DeepSeek-V2 MLA
+    $PY tools/vllm/e2e_connector.py roundtrip --arch hybrid   # sliding-window and full layers: two KV cache groups
     $PY tools/vllm/e2e_connector.py roundtrip --tiers disk    # blocks on disk: asynchronous loads
     $PY tools/vllm/e2e_connector.py roundtrip --tiers shared  # two daemons, one shared Redis pool
     $PY tools/vllm/e2e_connector.py ttft                      # 8 layers, hidden 1024: 2k/4k/8k
+    $PY tools/vllm/e2e_connector.py groups                    # which KV cache groups the connector takes (no engine)
 
 `kvtier serve` runs in this process (kvtier.serve, DRAM over a small disk tier, no
 persistence; with --tiers shared, two daemons, each DRAM over one shared remote pool, a
@@ -133,7 +135,13 @@ def run_engine(a: argparse.Namespace) -> int:
 
     spec = json.loads(a.engine)
     ns = argparse.Namespace(**spec["model"])
-    cfg = sg.llama_config(ns) if spec["arch"] == "llama" else sg.deepseek_v2_config(ns)
+    cfg = sg.deepseek_v2_config(ns) if spec["arch"] == "deepseek" else sg.llama_config(ns)
+    if spec["arch"] == "hybrid":
+        # Every other layer attends to a sliding window (as Gemma-2 and gpt-oss do): vLLM's hybrid
+        # allocator gives those layers a KV cache group of their own, whose block table holds the
+        # null block where the window has passed.
+        cfg["sliding_window"] = ns.sliding_window
+        cfg["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(ns.layers)]
     cfg_path = os.path.join(spec["model_dir"], "config.json")
     if not os.path.exists(cfg_path):
         with open(cfg_path, "w") as f:
@@ -145,6 +153,8 @@ def run_engine(a: argparse.Namespace) -> int:
         extra["events_path"] = spec["events_path"]
     if spec.get("scramble"):
         extra["debug_scramble_load"] = True
+    if spec.get("fail_loads"):
+        extra["debug_fail_loads"] = True
     extra.update(spec.get("extra", {}))
     kwargs = dict(model=spec["model_dir"], load_format="dummy", skip_tokenizer_init=True,
                   enable_prefix_caching=False, prefix_caching_hash_algo="sha256_cbor",
@@ -204,7 +214,8 @@ def events(dump_dir: str) -> list:
 def model_args(a: argparse.Namespace) -> dict:
     return {"layers": a.layers, "hidden": a.hidden, "heads": a.heads, "kv_heads": a.kv_heads,
             "vocab": a.vocab, "max_model_len": a.max_model_len, "dtype": "bfloat16",
-            "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 64, "v_head_dim": 64}
+            "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 64, "v_head_dim": 64,
+            "sliding_window": a.sliding_window}
 
 
 # ------------------------------------------------------------------ roundtrip
@@ -230,7 +241,13 @@ def roundtrip(a, tmp, env, socket_a, socket_b) -> bool:
     C = spawn({**base, "name": "C", "dump_dir": os.path.join(tmp, "dumpC"), "scramble": True, "jobs": [
         {"tag": "P", "len": a.prompt_len, "salt": 0, "max_tokens": 8, "logprobs": 5}]}, env,
         os.path.join(tmp, "C.log")) if a.scramble_control else A
-    for r in A + B + C:
+    # Failure control (--failed-load-control): engine D finds P as B did, but every get of its
+    # loads fails. vLLM must recompute P and answer as A did, and the connector must say so.
+    dump_d = os.path.join(tmp, "dumpD")
+    D = spawn({**base, "name": "D", "dump_dir": dump_d, "fail_loads": True, "jobs": [
+        {"tag": "P", "len": a.prompt_len, "salt": 0, "max_tokens": 8}]}, env,
+        os.path.join(tmp, "D.log")) if a.failed_load_control else []
+    for r in A + B + C + D:
         print("RESULT " + json.dumps(r))
     ev_a, ev_b = events(dump_a), events(dump_b)
     reg = [e for e in ev_b if e["event"] == "register"]
@@ -245,18 +262,29 @@ def roundtrip(a, tmp, env, socket_a, socket_b) -> bool:
     copied_a = [e for e in ev_a if e["event"] == "copied"]
     save_jobs_a = [e for e in ev_a if e["event"] == "save"]
     reports_a = sum(n for e in copied_a for n in e["reports"].values())
-    saves_a = {f[5:-4] for f in os.listdir(dump_a) if f.startswith("save-")}
-    loads_b = sorted(f[5:-4] for f in os.listdir(dump_b) if f.startswith("load-"))
+    saves_a = {f[5:-4] for f in os.listdir(dump_a) if f.startswith("save-") and f.endswith(".bin")}
+    loads_b = sorted(f[5:-4] for f in os.listdir(dump_b) if f.startswith("load-") and f.endswith(".bin"))
     same = differ = 0
+    skipped = []  # per block whose pages the load left out in some layers: the bytes left out
     for k in loads_b:  # <key> or, from tensor-parallel rank r > 0, <key>.r<r>
         saved = os.path.join(dump_a, f"save-{k}.bin")
         if not os.path.exists(saved):  # MLA under TP: rank 0 saved the copy every rank loads
             saved = os.path.join(dump_a, f"save-{k.split('.')[0]}.bin")
         with open(saved, "rb") as fa, open(os.path.join(dump_b, f"load-{k}.bin"), "rb") as fb:
-            if fa.read() == fb.read():
-                same += 1
-            else:
-                differ += 1
+            want, got = bytearray(fa.read()), bytearray(fb.read())
+        left_out = os.path.join(dump_b, f"load-{k}.skipped")
+        if os.path.exists(left_out):
+            # A sliding-window layer's page of a block its window has passed: vLLM gave it the
+            # null block, so the load wrote nothing there. Every other byte must be equal.
+            with open(left_out) as f:
+                ranges = json.load(f)
+            for off, n in ranges:
+                want[off:off + n] = got[off:off + n] = bytes(n)
+            skipped.append(sum(n for _, n in ranges))
+        if want == got:
+            same += 1
+        else:
+            differ += 1
     from kvtier.vllm.layout import DEFAULT_TAIL_GRANULARITY, matched_tokens  # importable once main() set the path up
 
     # Every full block of P, the one holding its last token too (vLLM recomputes that token),
@@ -267,6 +295,11 @@ def roundtrip(a, tmp, env, socket_a, socket_b) -> bool:
     tail -= tail % DEFAULT_TAIL_GRANULARITY
     if full >= 1 and tail > 0:
         expect_blocks, expect = expect_blocks + 1, full * bs + min(tail, a.prompt_len - 1 - full * bs)
+    if a.arch == "hybrid":
+        # vLLM keeps a sliding group's blocks from the first token the window still covers at
+        # the first computed position (SlidingWindowManager: num_computed - window + 1 skipped).
+        expect_skipped = max(0, expect - a.sliding_window + 1) // bs
+        block_bytes = reg[0]["block_bytes"] if reg else 0
     out_a = next(r["out"] for r in A if r.get("tag") == "P")
     out_bp = next(r["out"] for r in B if r.get("tag") == "P")
 
@@ -298,8 +331,27 @@ def roundtrip(a, tmp, env, socket_a, socket_b) -> bool:
             and reports_a == a.tp * len({int(p) for e in copied_a for p in e["reports"]})
             and copied_a[-1]["held_blocks"] == 0,
     }
+    if a.failed_load_control:
+        ev_d = events(dump_d)
+        lk_d = [e for e in ev_d if e["event"] == "lookup"]
+        ld_d = [e for e in ev_d if e["event"] == "load"]
+        checks[f"D found P ({expect} tokens), every block of its load failed, and it answered as A"] = (
+            bool(lk_d) and lk_d[0]["matched_tokens"] == expect and bool(ld_d)
+            and all(e["failed"] == e["blocks"] > 0 for e in ld_d)
+            and next(r["out"] for r in D if r.get("tag") == "P") == out_a)
+        if a.arch == "hybrid":
+            # Several groups: vLLM takes the failure per request and looks P up again.
+            checks["D's lookup after the failed load was a miss (vLLM recomputed P)"] = (
+                len(lk_d) >= 2 and lk_d[1].get("after_failed_load") is True and lk_d[1]["matched_tokens"] == 0)
+    if a.arch == "hybrid":
+        checks["the engines ran two KV cache groups (vLLM's hybrid allocator on)"] = bool(reg) and reg[0].get("groups") == 2
+        checks[f"B's loads left out the sliding layers (half of each block) of the {expect_skipped} blocks "
+               f"the {a.sliding_window}-token window passed, and only those"] = (
+            expect_skipped > 0 and len(skipped) == a.tp * expect_skipped and all(2 * n == block_bytes for n in skipped))
     loads_ev = [e for e in ev_b if e["event"] == "load"]
-    want_async = a.async_load == "always" or (a.async_load == "auto" and a.tiers in ("disk", "shared"))
+    # Several KV cache groups (--arch hybrid) always load asynchronously (docs/vllm.md, "Hybrid models").
+    want_async = a.async_load == "always" or a.arch == "hybrid" or (
+        a.async_load == "auto" and a.tiers in ("disk", "shared"))
     checks[f"B's loads were {'asynchronous' if want_async else 'synchronous'} ({a.tiers} tiers, "
            f"async_load {a.async_load})"] = bool(loads_ev) and all(
                e.get("asynchronous") == want_async for e in loads_ev)
@@ -308,6 +360,7 @@ def roundtrip(a, tmp, env, socket_a, socket_b) -> bool:
                "A_saved_blocks": len(saves_a), "A_lookups": [(e["req_id"], e["matched_tokens"]) for e in lk_a], "A_landed": landed_a,
                "B_lookups": [(e["req_id"], e["matched_tokens"]) for e in lk_b],
                "B_loaded_blocks": len(loads_b), "pages_equal": same, "pages_differ": differ,
+               "B_blocks_with_layers_left_out": len(skipped),
                "out_A": out_a, "out_B": out_bp, "logprob_maxdiff_A_B": d_ab, "logprob_maxdiff_A_C_scrambled": d_ac if a.scramble_control else None,
                "logprobs_A": lp_a, "logprobs_B": lp_b, "logprobs_C": lp_c if a.scramble_control else None, "top0_A": top_a, "top0_B": top_b,
                "load_events_B": [e for e in ev_b if e["event"] in ("load", "worker_stats")]}
@@ -379,15 +432,54 @@ def ttft(a, tmp, env, socket, _=None) -> bool:
     return ok
 
 
+# ------------------------------------------------------------------ groups
+def groups(*_) -> bool:
+    """The KV cache groups the connector stores and those it refuses, from vLLM's own specs."""
+    import torch
+    from kvtier.vllm.connector import _transfer_groups
+    from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec,
+                                            SlidingWindowSpec)
+
+    attn = dict(num_kv_heads=2, head_size=64, dtype=torch.bfloat16)
+    full = KVCacheGroupSpec(["layers.1", "layers.3"], FullAttentionSpec(block_size=128, **attn))
+    window = KVCacheGroupSpec(["layers.0", "layers.2"], SlidingWindowSpec(block_size=128, sliding_window=256, **attn))
+    draft = KVCacheGroupSpec(["draft.0"], FullAttentionSpec(block_size=128, **attn), enable_kv_transfer=False)
+    mamba = KVCacheGroupSpec(["mixer.0"], MambaSpec(block_size=128, shapes=((4, 8),), dtypes=(torch.bfloat16,)))
+    small = KVCacheGroupSpec(["layers.0"], SlidingWindowSpec(block_size=16, sliding_window=256, **attn))
+
+    def config(*gs):
+        return KVCacheConfig(num_blocks=8, kv_cache_tensors=[], kv_cache_groups=list(gs))
+
+    def refusal(*gs) -> str:
+        try:
+            _transfer_groups(config(*gs))
+        except NotImplementedError as e:
+            return str(e)
+        return ""
+
+    checks = {
+        "one full-attention group is taken": [i for i, _ in _transfer_groups(config(full))] == [0],
+        "sliding-window and full groups are taken, in vLLM's order":
+            [i for i, _ in _transfer_groups(config(full, window))] == [0, 1],
+        "a group vLLM does not transfer is left out": [i for i, _ in _transfer_groups(config(full, draft, window))] == [0, 2],
+        "a Mamba group is refused, by name": "group 1 (MambaSpec" in refusal(full, mamba),
+        "groups of different block sizes are refused": "different block sizes" in refusal(full, small),
+    }
+    for name, ok in checks.items():
+        print(f"CHECK {'PASS' if ok else 'FAIL'}: {name}")
+    return all(checks.values())
+
+
 def connector_extra(a: argparse.Namespace) -> dict:
     return {"async_load": a.async_load, "pipeline_layers": not a.no_pipeline}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("mode", nargs="?", choices=["roundtrip", "ttft"], default="roundtrip")
+    p.add_argument("mode", nargs="?", choices=["roundtrip", "ttft", "groups"], default="roundtrip")
     p.add_argument("--engine", help=argparse.SUPPRESS)
-    p.add_argument("--arch", choices=["llama", "deepseek"], default="llama")
+    p.add_argument("--arch", choices=["llama", "deepseek", "hybrid"], default="llama")
+    p.add_argument("--sliding-window", type=int, default=256, help="--arch hybrid: the sliding layers' window")
     p.add_argument("--layers", type=int)
     p.add_argument("--hidden", type=int)
     p.add_argument("--heads", type=int)
@@ -406,6 +498,8 @@ def main() -> int:
     p.add_argument("--tp", type=int, default=1, help="roundtrip: tensor-parallel size of every engine")
     p.add_argument("--no-pipeline", action="store_true", help="synchronous loads copy every layer up front")
     p.add_argument("--scramble-control", action="store_true", help="roundtrip: also run the scrambled-load control")
+    p.add_argument("--failed-load-control", action="store_true",
+                   help="roundtrip: also run an engine whose loads all fail (vLLM must recompute)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir")
     a = p.parse_args()
     if a.engine:
@@ -423,6 +517,11 @@ def main() -> int:
     if pkg:
         sys.path.insert(0, pkg)
     import kvtier as kt
+    if a.mode == "groups":
+        ok = groups()
+        subprocess.run(["rm", "-rf", tmp])
+        print("ALL CHECKS PASS" if ok else "SOME CHECKS FAILED")
+        return 0 if ok else 1
     env = engine_env(pkg)
     print(f"# tmp {tmp}; PYTHONHASHSEED={env['PYTHONHASHSEED']}", flush=True)
     t0 = time.perf_counter()

@@ -8,8 +8,11 @@ Written against vLLM 0.32.0 (KVConnectorBase_V1; tools/vllm/README.md). Design: 
 - Keys are vLLM's own request.block_hashes (their first 16 bytes), under the tenant
   "{tenant}/{model}/{layout fingerprint}" so that two models or layouts never share blocks;
   under tensor parallelism each rank has its own ".../tp{rank}of{size}" (MLA: one copy).
-- One kvtier block per vLLM block: all layers' pages of the block, concatenated in layer
-  order, copied as opaque bytes (the CPU GQA page interior is transposed; never sliced).
+- One kvtier block per vLLM block position: all layers' pages of the block, concatenated in
+  layer order, copied as opaque bytes (the CPU GQA page interior is transposed; never sliced).
+  Hybrid models (several KV cache groups: sliding-window and full attention) name a position
+  by a row of block ids, one per group (layout.block_rows); a sliding group's null block is
+  neither saved nor loaded, and their loads are asynchronous (docs/vllm.md, "Hybrid models").
 - Loads run on the worker's loader thread (kvtier.vllm.loader) with their own client and
   segment. Blocks in fast tiers load synchronously and layer-pipelined: start_load_kv, which
   vLLM runs before the forward of a step with sync loads, starts the copy and
@@ -42,7 +45,9 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorMetadata,
     KVConnectorRole,
+    KVConnectorTransferResults,
     KVConnectorWorkerMetadata,
+    SupportsHMA,
 )
 from vllm.logger import init_logger
 
@@ -50,8 +55,10 @@ import kvtier
 from kvtier.vllm.landing import LandingSaves
 from kvtier.vllm.layout import (
     DEFAULT_TAIL_GRANULARITY,
+    NULL_BLOCK_ID,
     RequestPlan,
     block_key,
+    block_rows,
     combine_shard_lookups,
     contiguous_runs,
     hit_sources,
@@ -62,6 +69,8 @@ from kvtier.vllm.layout import (
     namespace_tenant,
     natural_layer_order,
     page_geometry,
+    row_block_ids,
+    saveable,
     shard_tenants,
     tail_keys,
     tail_lengths,
@@ -78,6 +87,38 @@ _DEFAULT_LOAD_BUFFER_BYTES = 512 << 20  # a step that fits is layer-pipelined (1
 # A lookup waits (returns None) for a finished request's puts at most this long after it
 # finished; past it, a worker that never reports does not hold other requests forever.
 _LANDING_WAIT_S = 10.0
+
+
+# KV cache specs whose block table is not one block per block_size tokens of the prompt, or
+# whose pages do not follow from the tokens before them: a kvtier block keyed by vLLM's block
+# hash could not stand for them. Looked up by name: not every vLLM build defines all of them.
+_REFUSED_SPECS = ("MambaSpec", "CircularBufferSpec", "CrossAttentionSpec", "EncoderOnlyAttentionSpec",
+                  "HiSparseHotSpec", "HiSparseResidentSpec")
+
+
+def _transfer_groups(kv_cache_config) -> list:
+    """[(index in kv_cache_groups, group)] of the KV cache groups the connector stores: those
+    vLLM transfers (enable_kv_transfer), each an attention group with one block per position
+    (full, sliding-window or chunked-local attention: the hybrid allocator's groups). Refuses,
+    naming the group, a model with another kind, or groups of different block sizes."""
+    from vllm.v1 import kv_cache_interface
+
+    refused = tuple(getattr(kv_cache_interface, n) for n in _REFUSED_SPECS if hasattr(kv_cache_interface, n))
+    ids = getattr(kv_cache_config, "transfer_group_ids", range(len(kv_cache_config.kv_cache_groups)))
+    groups = [(i, kv_cache_config.kv_cache_groups[i]) for i in ids]
+    if not groups:
+        raise NotImplementedError("KvtierConnector: the model has no KV cache group to transfer")
+    for i, g in groups:
+        spec = g.kv_cache_spec
+        if isinstance(spec, refused) or int(getattr(spec, "prefix_replay_tokens", 0) or 0) > 0:
+            raise NotImplementedError(
+                f"KvtierConnector: KV cache group {i} ({type(spec).__name__}, layers {g.layer_names[:2]}...) "
+                "is not kept as one block per position; only full, sliding-window and chunked-local "
+                "attention groups are supported")
+    sizes = {int(g.kv_cache_spec.block_size) for _, g in groups}
+    if len(sizes) > 1:
+        raise NotImplementedError(f"KvtierConnector: KV cache groups of different block sizes {sorted(sizes)}")
+    return groups
 
 
 @dataclass
@@ -114,7 +155,7 @@ class KvtierWorkerMetadata(KVConnectorWorkerMetadata):
         return KvtierWorkerMetadata(landed=merge(self.landed, other.landed), copied=merge(self.copied, other.copied))
 
 
-class KvtierConnector(KVConnectorBase_V1):
+class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
     def __init__(self, vllm_config, role: KVConnectorRole, kv_cache_config=None):
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         extra = dict(self._kv_transfer_config.kv_connector_extra_config or {})
@@ -124,10 +165,12 @@ class KvtierConnector(KVConnectorBase_V1):
         pc = vllm_config.parallel_config
         if pc.pipeline_parallel_size != 1:
             raise NotImplementedError("KvtierConnector: pipeline parallelism is not supported yet")
-        if kv_cache_config is None or len(kv_cache_config.kv_cache_groups) != 1:
-            raise NotImplementedError("KvtierConnector: exactly one KV cache group is supported")
-        group = kv_cache_config.kv_cache_groups[0]
-        spec = group.kv_cache_spec
+        if kv_cache_config is None:
+            raise NotImplementedError("KvtierConnector: needs vLLM's KV cache config (vLLM 0.32)")
+        # A row of block ids, one per group, names a block position (layout.block_rows); a
+        # kvtier block holds every group's layers at that position.
+        self._groups = _transfer_groups(kv_cache_config)
+        spec = self._groups[0][1].kv_cache_spec
         cc = vllm_config.cache_config
         self._block_size = int(spec.block_size)
         hash_bs = getattr(kv_cache_config, "hash_block_size", None) or self._block_size
@@ -137,8 +180,9 @@ class KvtierConnector(KVConnectorBase_V1):
         if algo.startswith("xxhash") and not os.environ.get("PYTHONHASHSEED"):
             logger.warning("KvtierConnector: prefix_caching_hash_algo=%s without PYTHONHASHSEED: block "
                            "hashes are random per process and kvtier will never hit", algo)
-        self._layer_names = natural_layer_order(group.layer_names)
-        self._spec_page_bytes = int(spec.page_size_bytes)
+        self._layer_group = {name: pos for pos, (_, g) in enumerate(self._groups) for name in g.layer_names}
+        self._layer_names = natural_layer_order(self._layer_group)
+        self._group_page_bytes = [int(g.kv_cache_spec.page_size_bytes) for _, g in self._groups]
         self._description = {
             "connector": 1,
             "layout": str(getattr(kv_cache_config, "kv_cache_layout", "")),
@@ -148,12 +192,18 @@ class KvtierConnector(KVConnectorBase_V1):
             "head_size": getattr(spec, "head_size", None),
             "head_size_v": getattr(spec, "head_size_v", None),
             "dtype": str(spec.dtype),
-            "page_size_bytes": self._spec_page_bytes,
+            "page_size_bytes": self._group_page_bytes[0],
             "layers": self._layer_names,
             "cache_dtype": str(cc.cache_dtype),
             "hash_algo": algo,
             "tp": pc.tensor_parallel_size,
         }
+        if len(self._groups) > 1:  # one group keeps the fingerprint its blocks were stored under
+            self._description["groups"] = [
+                {"spec": type(g.kv_cache_spec).__name__, "layers": natural_layer_order(g.layer_names),
+                 "sliding_window": getattr(g.kv_cache_spec, "sliding_window", None),
+                 "attention_chunk_size": getattr(g.kv_cache_spec, "attention_chunk_size", None)}
+                for _, g in self._groups]
         self._fingerprint = layout_fingerprint(self._description)
         mc = vllm_config.model_config
         model = extra.get("model") or getattr(mc, "served_model_name", None) or mc.model
@@ -178,10 +228,18 @@ class KvtierConnector(KVConnectorBase_V1):
         self._events_path = extra.get("events_path") or (
             os.path.join(self._dump_dir, "events.jsonl") if self._dump_dir else None)
         self._scramble_load = bool(extra.get("debug_scramble_load", False))
+        self._fail_loads = bool(extra.get("debug_fail_loads", False))  # tests only: every get fails
         if self._dump_dir:
             os.makedirs(self._dump_dir, exist_ok=True)
         self._async_mode = str(extra.get("async_load", "auto"))
         load_asynchronously(self._async_mode, [], [])  # rejects an unknown mode now, not at the first hit
+        if len(self._groups) > 1:
+            # vLLM maps failed block ids back to requests only with one group; with several it
+            # takes back a failed load only for a request that waits for it (failed_recving).
+            if self._async_mode == "never":
+                raise ValueError("KvtierConnector: async_load 'never' cannot be used with several KV cache "
+                                 "groups: vLLM can recompute a failed load only for a request that waits for it")
+            self._async_mode = "always"
         self._use_cost_model = bool(extra.get("use_cost_model", True))
         self._pipeline_layers = bool(extra.get("pipeline_layers", True))
         self._tail_granularity = int(extra.get("partial_block_tokens", DEFAULT_TAIL_GRANULARITY))
@@ -204,19 +262,22 @@ class KvtierConnector(KVConnectorBase_V1):
             self._shard_clients += [kvtier.Client.connect_unix(
                 socket_path, tenant=t, auth_token=self._auth_token, shared_memory_bytes=shm_bytes)
                 for t in self._shard_tenants[1:]]
-        logger.info("KvtierConnector(%s): tenant %r, block_size %d, socket %s", role.name, self._tenant,
-                    self._block_size, socket_path)
+        logger.info("KvtierConnector(%s): tenant %r, block_size %d, %d KV cache group(s), socket %s", role.name,
+                    self._tenant, self._block_size, len(self._groups), socket_path)
         # scheduler side
         self._plans: dict[str, RequestPlan] = {}
         self._requests: dict[str, Any] = {}
         self._async_to_start: set = set()  # allocated, not yet in a step's metadata
+        # Requests whose asynchronous load failed (vLLM's failed_recving): vLLM looks them up
+        # again to recompute them, and kvtier answers with a miss rather than the same load.
+        self._failed_loads: set = set()
         # Waiting requests the server was told about (Client.expect: the predictive policy keeps
         # their blocks), withdrawn once their loads are in a step: req_id -> [(client, expect id)]
         self._expected: dict[str, list] = {}
         self._landing = LandingSaves(_LANDING_WAIT_S, reporters=tp_size)
         self._pins = SavePins(reporters=tp_size)
         # worker side
-        self._layers: list = []  # (name, uint8 [num_blocks, page_bytes] view, page_bytes, offset)
+        self._layers: list = []  # (name, uint8 [num_blocks, page_bytes] view, page_bytes, offset, group position)
         self._layer_index: dict = {}
         self._block_bytes = 0
         self._load_client = None  # the loader thread's own connection and segment
@@ -235,6 +296,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._stall_s = 0.0  # how long this step's forward waited for its loads
         self._load_started: dict = {}  # req_id -> perf_counter at submit
         self._load_errors: set = set()
+        self._failed_recving: set = set()  # several groups: requests whose asynchronous load failed
         self._loaded_pages: dict = {}  # debug dumps only: block id -> its pages as loaded (_unpack)
         self.stats = {"lookups": 0, "deferred_lookups": 0, "hit_tokens": 0, "tail_hits": 0, "tail_hit_tokens": 0,
                       "async_loads": 0, "loaded_blocks": 0,
@@ -250,9 +312,9 @@ class KvtierConnector(KVConnectorBase_V1):
 
     # ------------------------------------------------------------- worker side
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]):
-        names = natural_layer_order(kv_caches.keys())
-        if set(names) != set(self._layer_names):
-            logger.warning("KvtierConnector: registered layers differ from the KV cache group's")
+        names = natural_layer_order(n for n in kv_caches if n in self._layer_group)
+        if names != self._layer_names:
+            logger.warning("KvtierConnector: registered layers differ from the KV cache groups'")
         layers = []
         offset = 0
         for name in names:
@@ -260,9 +322,10 @@ class KvtierConnector(KVConnectorBase_V1):
             if t.device.type != "cpu":
                 raise NotImplementedError("KvtierConnector: only CPU KV caches in this cut")
             geo = page_geometry(tuple(t.shape), tuple(t.stride()), t.element_size())
-            if geo.page_bytes != self._spec_page_bytes:
+            group = self._layer_group[name]
+            if geo.page_bytes != self._group_page_bytes[group]:
                 logger.warning("KvtierConnector: layer %s page is %d bytes, spec says %d", name,
-                               geo.page_bytes, self._spec_page_bytes)
+                               geo.page_bytes, self._group_page_bytes[group])
             # The same memory as [num_blocks, page_bytes] uint8 (the page is contiguous).
             if t.stride(-1) != 1:
                 raise NotImplementedError(f"KvtierConnector: layer {name}: last dimension not contiguous")
@@ -270,17 +333,17 @@ class KvtierConnector(KVConnectorBase_V1):
             u8 = raw.as_strided((geo.num_blocks, geo.page_bytes), (geo.block_stride_bytes, 1),
                                 raw.storage_offset())
             assert u8.data_ptr() == t.data_ptr()
-            layers.append((name, u8, geo.page_bytes, offset))
+            layers.append((name, u8, geo.page_bytes, offset, group))
             offset += geo.page_bytes
         self._layers = layers
         self._block_bytes = offset
-        self._layer_index = {name: i for i, (name, _, _, _) in enumerate(layers)}
+        self._layer_index = {name: i for i, (name, *_) in enumerate(layers)}
         self._start_loader()
         if self._saves:
             self._start_saver()
         logger.info("KvtierConnector: %d layers, %d bytes per kvtier block, %d-byte save staging, %d-byte load buffer",
                     len(layers), offset, len(self._save_shm) if self._save_shm else 0, self._load_buffer_bytes)
-        self._event(event="register", layers=len(layers), block_bytes=offset, tp_rank=self._tp_rank,
+        self._event(event="register", layers=len(layers), block_bytes=offset, tp_rank=self._tp_rank, groups=len(self._groups),
                     shape=list(next(iter(kv_caches.values())).shape) if kv_caches else None)
 
     def _open_segment(self, buffer_bytes: int, option: str):
@@ -323,15 +386,22 @@ class KvtierConnector(KVConnectorBase_V1):
                                          for j in range(len(keys))], parent=parent, tokens=tokens or self._block_size)
         return r.new_blocks, r.refused_blocks
 
-    def _pack(self, block_ids, dst: torch.Tensor) -> None:
-        """dst [n, block_bytes] <- the pages of blocks block_ids, layer after layer."""
-        runs = contiguous_runs(block_ids)
-        for _, u8, page, off in self._layers:
-            for i, b, n in runs:
+    def _group_runs(self, rows) -> list:
+        """contiguous_runs of each group's column of rows, without its null blocks."""
+        return [contiguous_runs([row[g] for row in rows], skip=NULL_BLOCK_ID) for g in range(len(self._groups))]
+
+    def _pack(self, rows, dst: torch.Tensor) -> None:
+        """dst [n, block_bytes] <- the pages of the blocks at rows (no null block: the
+        scheduler saves only whole rows, layout.saveable), layer after layer."""
+        runs = self._group_runs(rows)
+        for _, u8, page, off, group in self._layers:
+            for i, b, n in runs[group]:
                 dst[i:i + n, off:off + page].copy_(u8[b:b + n])
 
     # The loader thread's callbacks (kvtier.vllm.loader.Fetch and Unpack).
     def _fetch(self, keys, first_slot: int) -> int:
+        if self._fail_loads:
+            return 0
         bb, shm = self._block_bytes, self._load_shm
         outs = [shm[(first_slot + j) * bb:(first_slot + j + 1) * bb] for j in range(len(keys))]
         try:
@@ -344,28 +414,39 @@ class KvtierConnector(KVConnectorBase_V1):
             good += 1
         return good
 
-    def _unpack(self, layer: Optional[int], block_ids, first_slot: int) -> None:
-        bb, count = self._block_bytes, len(block_ids)
+    def _unpack(self, layer: Optional[int], rows, first_slot: int) -> None:
+        """Copies buffer slots into the blocks at rows; a group's null block (a position its
+        sliding window has passed) takes nothing."""
+        bb, count = self._block_bytes, len(rows)
         src = self._load_shm_t[first_slot * bb:(first_slot + count) * bb].view(count, bb)
         if self._scramble_load and count > 1:
             # Negative control for tests only: each block gets its neighbour's pages.
-            block_ids = block_ids[-1:] + block_ids[:-1]
-        runs = contiguous_runs(block_ids)
-        for _, u8, page, off in (self._layers if layer is None else [self._layers[layer]]):
-            for i, b, n in runs:
+            rows = rows[-1:] + rows[:-1]
+        runs = self._group_runs(rows)
+        for _, u8, page, off, group in (self._layers if layer is None else [self._layers[layer]]):
+            for i, b, n in runs[group]:
                 u8[b:b + n].copy_(src[i:i + n, off:off + page])
             if self._dump_dir:
                 # The pages as the load left them: the forward may compute over part of a
                 # loaded block (a tail's, or the last token of a prompt) once the gate opens.
-                for b in block_ids:
-                    snap = self._loaded_pages.setdefault(b, torch.empty(self._block_bytes, dtype=torch.uint8))
-                    snap[off:off + page].copy_(u8[b])
+                # A null block's layers stay out, named in the dump's .skipped list.
+                for row in rows:
+                    snap, skipped = self._loaded_pages.setdefault(
+                        row, (torch.zeros(self._block_bytes, dtype=torch.uint8), []))
+                    if row[group] == NULL_BLOCK_ID:
+                        skipped.append([off, page])
+                    else:
+                        snap[off:off + page].copy_(u8[row[group]])
 
-    def _dump(self, prefix: str, keys, rows: torch.Tensor) -> None:
+    def _dump(self, prefix: str, keys, rows: torch.Tensor, skipped=None) -> None:
         for j, k in enumerate(keys):
             rank = f".r{self._tp_rank}" if self._tp_rank else ""
-            with open(os.path.join(self._dump_dir, f"{prefix}-{k.hex()}{rank}.bin"), "wb") as f:
+            path = os.path.join(self._dump_dir, f"{prefix}-{k.hex()}{rank}")
+            with open(path + ".bin", "wb") as f:
                 f.write(rows[j].numpy().tobytes())
+            if skipped and skipped[j]:
+                with open(path + ".skipped", "w") as f:  # [offset, bytes] of the layers not loaded
+                    json.dump(skipped[j], f)
 
     def _loaded(self, job: LoadJob, seconds: float, stall: Optional[float] = None) -> None:
         """Accounts for a finished load job; its failed blocks go to vLLM as load errors."""
@@ -374,14 +455,18 @@ class KvtierConnector(KVConnectorBase_V1):
         self.stats["loaded_blocks"] += len(good)
         self.stats["load_failed_blocks"] += len(failed)
         if failed:
-            self._load_errors.update(failed)
+            if len(self._groups) == 1:
+                self._load_errors.update(row_block_ids(failed))
+            else:  # vLLM cannot map block ids of several groups back to requests
+                self._failed_recving.add(job.req_id)
             logger.warning("KvtierConnector: %s: %d of %d blocks could not be loaded; vLLM recomputes them",
                            job.req_id, len(failed), len(job.blocks))
         if self._dump_dir:
             snaps = [self._loaded_pages.pop(b, None) for b, _ in job.blocks]
             kept = [(k, snap) for (b, k), snap in zip(job.blocks, snaps) if b not in failed and snap is not None]
             if kept:
-                self._dump("load", [k for k, _ in kept], torch.stack([snap for _, snap in kept]))
+                self._dump("load", [k for k, _ in kept], torch.stack([snap for _, (snap, _) in kept]),
+                           [skipped for _, (_, skipped) in kept])
         self._event(event="load", req_id=job.req_id, blocks=len(job.blocks), failed=len(failed),
                     asynchronous=job.is_async, seconds=round(seconds, 4), copy_seconds=round(job.copy_seconds, 4),
                     **({} if stall is None else {"forward_waited_seconds": round(stall, 4)}))
@@ -479,6 +564,13 @@ class KvtierConnector(KVConnectorBase_V1):
             done.add(job.req_id)
         return None, (done or None)
 
+    def get_transfer_results(self, finished_req_ids: set[str]) -> KVConnectorTransferResults:
+        sending, recving = self.get_finished(finished_req_ids)
+        failed, self._failed_recving = self._failed_recving, set()
+        # A failed receive is a finished one too: vLLM releases the request, then recomputes it.
+        return KVConnectorTransferResults(finished_sending=set(sending or ()),
+                                          finished_recving=set(recving or ()) | failed, failed_recving=failed)
+
     def build_connector_worker_meta(self) -> Optional[KvtierWorkerMetadata]:
         self._account_saves()
         if not self._landed and not self._copied:
@@ -513,6 +605,10 @@ class KvtierConnector(KVConnectorBase_V1):
 
     # ---------------------------------------------------------- scheduler side
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
+        if request.request_id in self._failed_loads:
+            self._event(event="lookup", req_id=request.request_id, num_tokens=request.num_tokens,
+                        local_tokens=num_computed_tokens, matched_tokens=0, after_failed_load=True)
+            return 0, False
         bs = self._block_size
         hashes = request.block_hashes
         local = num_computed_tokens // bs
@@ -612,6 +708,7 @@ class KvtierConnector(KVConnectorBase_V1):
         return (keys[i], tiers[0], min(lengths[i], usable)), False
 
     def update_connector_output(self, connector_output) -> None:
+        self._failed_loads.update(getattr(connector_output, "failed_recving", None) or ())
         meta = connector_output.kv_connector_worker_meta
         if isinstance(meta, KvtierWorkerMetadata):
             self._landing.landed(meta.landed)
@@ -664,9 +761,13 @@ class KvtierConnector(KVConnectorBase_V1):
         if plan is None:
             plan = self._plans[request.request_id] = RequestPlan(request.request_id, self._block_size)
             self._requests[request.request_id] = request
-        plan.on_alloc(blocks.get_block_ids()[0], num_external_tokens)
+        plan.on_alloc(self._rows(blocks.get_block_ids()), num_external_tokens)
         if plan.load_async and plan.load_pending:
             self._async_to_start.add(request.request_id)
+
+    def _rows(self, group_block_ids) -> list:
+        """The transferred groups' block tables of a request as rows (layout.block_rows)."""
+        return block_rows([group_block_ids[i] for i, _ in self._groups])
 
     def build_connector_meta(self, scheduler_output) -> KvtierConnectorMetadata:
         so = scheduler_output
@@ -681,9 +782,9 @@ class KvtierConnector(KVConnectorBase_V1):
             if loads:
                 meta.loads.append((req_id, loads, False))
             after = computed + so.num_scheduled_tokens.get(req_id, 0)
-            parent, saves = plan.take_save(req.block_hashes, after)
+            parent, saves = saveable(*plan.take_save(req.block_hashes, after))
             if saves:
-                meta.saves.append((req_id, parent, saves, 0, self._pins.pin([b for b, _ in saves])))
+                meta.saves.append((req_id, parent, saves, 0, self._pins.pin(row_block_ids(r for r, _ in saves))))
                 self._landing.sent(req_id, (k for _, k in saves))
             if self._tails_allowed(req):
                 try:
@@ -694,8 +795,10 @@ class KvtierConnector(KVConnectorBase_V1):
                     tail = None
                 if tail is not None:
                     parent, blocks, tokens = tail
-                    meta.saves.append((req_id, parent, blocks, tokens, self._pins.pin([b for b, _ in blocks])))
-                    self._landing.sent(req_id, (k for _, k in tail[1]))
+                    parent, blocks = saveable(parent, blocks)
+                    if blocks:
+                        meta.saves.append((req_id, parent, blocks, tokens, self._pins.pin(row_block_ids(r for r, _ in blocks))))
+                        self._landing.sent(req_id, (k for _, k in blocks))
 
         # Requests vLLM parked in WAITING_FOR_REMOTE_KVS: they are not scheduled this step.
         for req_id in sorted(self._async_to_start):
@@ -709,7 +812,7 @@ class KvtierConnector(KVConnectorBase_V1):
         for nr in so.scheduled_new_reqs:
             plan = self._plans.get(nr.req_id)
             if plan is not None:
-                plan.set_blocks(nr.block_ids[0])
+                plan.set_blocks(self._rows(nr.block_ids))
             plan_step(nr.req_id, nr.num_computed_tokens)
         cached = so.scheduled_cached_reqs
         for i, req_id in enumerate(cached.req_ids):
@@ -717,15 +820,19 @@ class KvtierConnector(KVConnectorBase_V1):
             nb = cached.new_block_ids[i]
             if plan is not None:
                 if req_id in cached.resumed_req_ids:
-                    plan.set_blocks(nb[0] if nb is not None else [])
+                    plan.set_blocks(self._rows(nb) if nb is not None else [])
                 elif nb is not None:
-                    plan.append_blocks(nb[0])
+                    plan.append_blocks(self._rows(nb))
             plan_step(req_id, cached.num_computed_tokens[i])
         return meta
+
+    def request_finished_all_groups(self, request, block_ids: tuple) -> tuple:
+        return self.request_finished(request, [])  # the blocks are not read: saves hold their own (pins)
 
     def request_finished(self, request, block_ids):
         self._withdraw_expectation(request.request_id)
         self._async_to_start.discard(request.request_id)
+        self._failed_loads.discard(request.request_id)
         self._plans.pop(request.request_id, None)
         self._requests.pop(request.request_id, None)
         # vLLM frees its blocks now: those a save still reads are pinned until copied

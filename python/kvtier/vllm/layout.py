@@ -165,7 +165,7 @@ class RequestPlan:
     stored_prefix: int = 0
     ext_blocks: int = 0
     saved_upto: int = 0
-    block_ids: list = field(default_factory=list)
+    block_ids: list = field(default_factory=list)  # per block position, as the connector names it (block_rows)
     load_pending: bool = False
     load_async: bool = False
     tiers: list = field(default_factory=list)  # per stored block: its fastest tier
@@ -285,17 +285,55 @@ def page_geometry(shape: Sequence[int], stride: Sequence[int], elem_size: int) -
     return PageGeometry(int(shape[0]), page_elems * elem_size, int(stride[0]) * elem_size)
 
 
-def contiguous_runs(block_ids: Sequence[int]) -> list:
+def contiguous_runs(block_ids: Sequence[int], skip: Optional[int] = None) -> list:
     """(index, block id, count) for each run of consecutive block ids: a run's pages are one
     slice of a layer's KV tensor, copied at memcpy speed, where index_copy_/index_select over
-    the same rows run at a fifth of it (1 against 5 GB/s measured on 2 MiB blocks)."""
+    the same rows run at a fifth of it (1 against 5 GB/s measured on 2 MiB blocks). Ids equal
+    to ``skip`` (vLLM's null block) are in no run."""
     runs: list = []
     for i, b in enumerate(block_ids):
-        if runs and runs[-1][1] + runs[-1][2] == b:
+        if b == skip:
+            continue
+        if runs and runs[-1][0] + runs[-1][2] == i and runs[-1][1] + runs[-1][2] == b:
             runs[-1][2] += 1
         else:
             runs.append([i, b, 1])
     return [tuple(r) for r in runs]
+
+
+# vLLM's null block (BlockPool.null_block, always id 0): what a sliding-window group's block
+# table holds where the window has passed, in place of a block that was freed or never
+# allocated. Under the hybrid allocator (several KV cache groups) the connector handles one
+# row of block ids per block position, one id per group, and a row may hold it.
+NULL_BLOCK_ID = 0
+
+
+def block_rows(group_block_ids: Sequence[Sequence[int]]) -> list:
+    """vLLM's block tables, one list per KV cache group (KVCacheBlocks.get_block_ids(), or a
+    scheduler output's block_ids), as one row per block position: the ids of that position's
+    block in every group. Every group's table is positional (a sliding-window group's holds
+    the null block where its window has passed), so the lists have one length; they are
+    refused otherwise, as pages saved under the wrong key would be served to other requests."""
+    lengths = {len(ids) for ids in group_block_ids}
+    if len(lengths) > 1:
+        raise ValueError(f"KV cache groups with block tables of different lengths {sorted(lengths)}: "
+                         "the connector needs one block per group at every position")
+    return list(zip(*group_block_ids))
+
+
+def saveable(parent: Optional[bytes], blocks: list) -> tuple:
+    """(parent, blocks) of a save, [(row, key)] in chain order, cut to the blocks every group
+    still holds: a row with the null block lost that group's pages (a sliding window passed
+    it), so the save starts after the last such row, under that row's key."""
+    last = max((i for i, (row, _) in enumerate(blocks) if NULL_BLOCK_ID in row), default=-1)
+    if last < 0:
+        return parent, blocks
+    return blocks[last][1], blocks[last + 1:]
+
+
+def row_block_ids(rows) -> list:
+    """The block ids in rows, every group's, without the null block."""
+    return [b for row in rows for b in row if b != NULL_BLOCK_ID]
 
 
 def batch_ranges(count: int, item_bytes: int, capacity: int) -> list:
