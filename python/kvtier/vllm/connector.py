@@ -297,7 +297,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         self._load_started: dict = {}  # req_id -> perf_counter at submit
         self._load_errors: set = set()
         self._failed_recving: set = set()  # several groups: requests whose asynchronous load failed
-        self._loaded_pages: dict = {}  # debug dumps only: block id -> its pages as loaded (_unpack)
+        self._loaded_pages: dict = {}  # debug dumps only: row -> (its pages as loaded, layers left out) (_unpack)
         self.stats = {"lookups": 0, "deferred_lookups": 0, "hit_tokens": 0, "tail_hits": 0, "tail_hit_tokens": 0,
                       "async_loads": 0, "loaded_blocks": 0,
                       "saved_blocks": 0, "load_failed_blocks": 0, "refused_blocks": 0, "skipped_blocks": 0,
@@ -449,7 +449,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                     json.dump(skipped[j], f)
 
     def _loaded(self, job: LoadJob, seconds: float, stall: Optional[float] = None) -> None:
-        """Accounts for a finished load job; its failed blocks go to vLLM as load errors."""
+        """Accounts for a finished load job; its failed blocks go to vLLM as load errors (by
+        block id with one KV cache group, by request with several)."""
         failed = set(job.failed)
         good = [(b, k) for b, k in job.blocks if b not in failed]
         self.stats["loaded_blocks"] += len(good)
