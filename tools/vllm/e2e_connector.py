@@ -436,7 +436,7 @@ def ttft(a, tmp, env, socket, _=None) -> bool:
 def groups(*_) -> bool:
     """The KV cache groups the connector stores and those it refuses, from vLLM's own specs."""
     import torch
-    from kvtier.vllm.connector import _transfer_groups
+    from kvtier.vllm.connector import _layout_description, _transfer_groups
     from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec,
                                             SlidingWindowSpec)
 
@@ -457,7 +457,17 @@ def groups(*_) -> bool:
             return str(e)
         return ""
 
+    # The namespace of a one-group model: the description that stop 44's connector fingerprinted
+    # (its dict written out here), so blocks stored before hybrid models were supported stay found.
+    one_group = _layout_description(config(full), _transfer_groups(config(full)),
+                                    argparse.Namespace(cache_dtype="auto"), "sha256_cbor", 1)
+    spec = full.kv_cache_spec
+    before = {"connector": 1, "layout": "None", "spec": "FullAttentionSpec", "block_size": 128, "num_kv_heads": 2,
+              "head_size": 64, "head_size_v": spec.head_size_v, "dtype": "torch.bfloat16",
+              "page_size_bytes": spec.page_size_bytes, "layers": ["layers.1", "layers.3"], "cache_dtype": "auto",
+              "hash_algo": "sha256_cbor", "tp": 1}
     checks = {
+        "a one-group model's layout is described as before (the same namespace)": one_group == before,
         "one full-attention group is taken": [i for i, _ in _transfer_groups(config(full))] == [0],
         "sliding-window and full groups are taken, in vLLM's order":
             [i for i, _ in _transfer_groups(config(full, window))] == [0, 1],

@@ -121,6 +121,33 @@ def _transfer_groups(kv_cache_config) -> list:
     return groups
 
 
+def _layout_description(kv_cache_config, groups: list, cache_config, hash_algo: str, tp_size: int) -> dict:
+    """What the namespace's fingerprint covers: every property of the pages a block holds."""
+    spec = groups[0][1].kv_cache_spec
+    description = {
+        "connector": 1,
+        "layout": str(getattr(kv_cache_config, "kv_cache_layout", "")),
+        "spec": type(spec).__name__,
+        "block_size": int(spec.block_size),
+        "num_kv_heads": getattr(spec, "num_kv_heads", None),
+        "head_size": getattr(spec, "head_size", None),
+        "head_size_v": getattr(spec, "head_size_v", None),
+        "dtype": str(spec.dtype),
+        "page_size_bytes": int(spec.page_size_bytes),
+        "layers": natural_layer_order(name for _, g in groups for name in g.layer_names),
+        "cache_dtype": str(cache_config.cache_dtype),
+        "hash_algo": hash_algo,
+        "tp": tp_size,
+    }
+    if len(groups) > 1:  # one group keeps the fingerprint its blocks were stored under
+        description["groups"] = [
+            {"spec": type(g.kv_cache_spec).__name__, "layers": natural_layer_order(g.layer_names),
+             "sliding_window": getattr(g.kv_cache_spec, "sliding_window", None),
+             "attention_chunk_size": getattr(g.kv_cache_spec, "attention_chunk_size", None)}
+            for _, g in groups]
+    return description
+
+
 @dataclass
 class KvtierConnectorMetadata(KVConnectorMetadata):
     """Scheduler -> worker, once per step (pickled across processes)."""
@@ -183,27 +210,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         self._layer_group = {name: pos for pos, (_, g) in enumerate(self._groups) for name in g.layer_names}
         self._layer_names = natural_layer_order(self._layer_group)
         self._group_page_bytes = [int(g.kv_cache_spec.page_size_bytes) for _, g in self._groups]
-        self._description = {
-            "connector": 1,
-            "layout": str(getattr(kv_cache_config, "kv_cache_layout", "")),
-            "spec": type(spec).__name__,
-            "block_size": self._block_size,
-            "num_kv_heads": getattr(spec, "num_kv_heads", None),
-            "head_size": getattr(spec, "head_size", None),
-            "head_size_v": getattr(spec, "head_size_v", None),
-            "dtype": str(spec.dtype),
-            "page_size_bytes": self._group_page_bytes[0],
-            "layers": self._layer_names,
-            "cache_dtype": str(cc.cache_dtype),
-            "hash_algo": algo,
-            "tp": pc.tensor_parallel_size,
-        }
-        if len(self._groups) > 1:  # one group keeps the fingerprint its blocks were stored under
-            self._description["groups"] = [
-                {"spec": type(g.kv_cache_spec).__name__, "layers": natural_layer_order(g.layer_names),
-                 "sliding_window": getattr(g.kv_cache_spec, "sliding_window", None),
-                 "attention_chunk_size": getattr(g.kv_cache_spec, "attention_chunk_size", None)}
-                for _, g in self._groups]
+        self._description = _layout_description(kv_cache_config, self._groups, cc, algo, pc.tensor_parallel_size)
         self._fingerprint = layout_fingerprint(self._description)
         mc = vllm_config.model_config
         model = extra.get("model") or getattr(mc, "served_model_name", None) or mc.model
@@ -264,7 +271,10 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                 for t in self._shard_tenants[1:]]
         logger.info("KvtierConnector(%s): tenant %r, block_size %d, %d KV cache group(s), socket %s", role.name,
                     self._tenant, self._block_size, len(self._groups), socket_path)
-        # scheduler side
+        self._init_scheduler_side(tp_size)
+        self._init_worker_side()
+
+    def _init_scheduler_side(self, tp_size: int) -> None:
         self._plans: dict[str, RequestPlan] = {}
         self._requests: dict[str, Any] = {}
         self._async_to_start: set = set()  # allocated, not yet in a step's metadata
@@ -276,7 +286,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         self._expected: dict[str, list] = {}
         self._landing = LandingSaves(_LANDING_WAIT_S, reporters=tp_size)
         self._pins = SavePins(reporters=tp_size)
-        # worker side
+
+    def _init_worker_side(self) -> None:
         self._layers: list = []  # (name, uint8 [num_blocks, page_bytes] view, page_bytes, offset, group position)
         self._layer_index: dict = {}
         self._block_bytes = 0
