@@ -274,7 +274,8 @@ def cache_system(system: str, tmp: str, a: argparse.Namespace, log_path: str):
                    "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
                    "kv_connector_extra_config": {"socket_path": sock, "tenant": "e2e",
                                                  # the connector's per-request load and save timings
-                                                 "events_path": log_path.replace(".cache.log", ".events.jsonl")}}
+                                                 "events_path": log_path.replace(".cache.log", ".events.jsonl"),
+                                                 **json.loads(a.kvtier_extra)}}
             yield env, ktc, proc.pid
             return
         if system == "lmcache":
@@ -492,6 +493,8 @@ def main() -> int:
     p.add_argument("--hit-probe-settle", type=float, default=2.0,
                    help="seconds between the probe's miss and its hit, for saves that land in the background")
     p.add_argument("--kvtier-bin", default=os.path.join(REPO, "build", "release", "kvtier"))
+    p.add_argument("--kvtier-extra", default="{}",
+                   help="JSON merged into KvtierConnector's kv_connector_extra_config (docs/vllm.md)")
     a = p.parse_args()
     if a.engine:
         return run_engine(a.engine)
