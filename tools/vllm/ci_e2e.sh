@@ -64,7 +64,8 @@ ci_stage vllm.roundtrip.disk "$venv/bin/python" tools/vllm/e2e_connector.py roun
 # found in one shared Redis pool (docs/cluster.md).
 ci_stage vllm.roundtrip.shared "$venv/bin/python" tools/vllm/e2e_connector.py roundtrip --tiers shared
 # A hybrid model (sliding-window and full-attention layers: two KV cache groups under vLLM's
-# hybrid allocator), and an engine whose loads all fail, which must recompute (docs/vllm.md,
-# "Hybrid models").
+# hybrid allocator), its prompt prefilled in chunks of 384 tokens (so the window frees blocks
+# that saves still read), and an engine whose loads all fail, which must recompute
+# (docs/vllm.md, "Hybrid models").
 ci_stage vllm.groups "$venv/bin/python" tools/vllm/e2e_connector.py groups
-ci_stage vllm.roundtrip.hybrid "$venv/bin/python" tools/vllm/e2e_connector.py roundtrip --arch hybrid --failed-load-control
+ci_stage vllm.roundtrip.hybrid "$venv/bin/python" tools/vllm/e2e_connector.py roundtrip --arch hybrid --failed-load-control --max-batched 384

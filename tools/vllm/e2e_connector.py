@@ -160,6 +160,8 @@ def run_engine(a: argparse.Namespace) -> int:
                   enable_prefix_caching=False, prefix_caching_hash_algo="sha256_cbor",
                   max_model_len=spec["max_model_len"], dtype="bfloat16", enforce_eager=True, seed=0,
                   tensor_parallel_size=spec.get("tp", 1))
+    if spec.get("max_batched"):
+        kwargs["max_num_batched_tokens"] = spec["max_batched"]  # prompts longer than it prefill in chunks
     if spec.get("connector", True):
         kwargs["kv_transfer_config"] = {
             "kv_connector": "KvtierConnector", "kv_connector_module_path": "kvtier.vllm.connector",
@@ -224,7 +226,8 @@ def roundtrip(a, tmp, env, socket_a, socket_b) -> bool:
     model_dir = os.path.join(tmp, "model")
     os.makedirs(model_dir)
     base = {"arch": a.arch, "model": model_args(a), "model_dir": model_dir, "socket": socket_a,
-            "max_model_len": a.max_model_len, "extra": connector_extra(a), "tp": a.tp}
+            "max_model_len": a.max_model_len, "extra": connector_extra(a), "tp": a.tp,
+            "max_batched": a.max_batched}
     dump_a, dump_b = os.path.join(tmp, "dumpA"), os.path.join(tmp, "dumpB")
     # A sends P again once it finished, in the same engine (vLLM's prefix cache is off): the
     # repeat loads P from kvtier, and its step carries the workers' report that P's puts landed.
@@ -433,7 +436,7 @@ def ttft(a, tmp, env, socket, _=None) -> bool:
 
 
 # ------------------------------------------------------------------ groups
-def groups(*_) -> bool:
+def groups() -> bool:
     """The KV cache groups the connector stores and those it refuses, from vLLM's own specs."""
     import torch
     from kvtier.vllm.connector import _layout_description, _transfer_groups
@@ -506,6 +509,7 @@ def main() -> int:
                         "daemons over one shared Redis pool (engine B on the other daemon)")
     p.add_argument("--async-load", choices=["auto", "always", "never"], default="auto")
     p.add_argument("--tp", type=int, default=1, help="roundtrip: tensor-parallel size of every engine")
+    p.add_argument("--max-batched", type=int, help="roundtrip: vLLM's max_num_batched_tokens (default: vLLM's)")
     p.add_argument("--no-pipeline", action="store_true", help="synchronous loads copy every layer up front")
     p.add_argument("--scramble-control", action="store_true", help="roundtrip: also run the scrambled-load control")
     p.add_argument("--failed-load-control", action="store_true",
