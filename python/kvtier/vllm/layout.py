@@ -317,7 +317,8 @@ def block_rows(group_block_ids: Sequence[Sequence[int]]) -> list:
     lengths = {len(ids) for ids in group_block_ids}
     if len(lengths) > 1:
         raise ValueError(f"KV cache groups with block tables of different lengths {sorted(lengths)}: "
-                         "the connector needs one block per group at every position")
+                         "the connector needs one block per group at every position (vLLM's "
+                         "--disable-hybrid-kv-cache-manager keeps every layer in one group)")
     return list(zip(*group_block_ids))
 
 
