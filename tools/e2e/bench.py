@@ -108,6 +108,12 @@ def run_engine(spec_path: str) -> int:
     StatLoggerBase.register(_Stats)
     m = spec["model"]
     cfg = sg.llama_config(argparse.Namespace(**m))
+    if m.get("sliding_window"):
+        # A hybrid model (as tools/vllm/e2e_connector.py --arch hybrid): even layers attend to a
+        # sliding window, so vLLM's hybrid allocator keeps two KV cache groups where the
+        # connector supports them (SupportsHMA); for the others it turns the allocator off.
+        cfg["sliding_window"] = m["sliding_window"]
+        cfg["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(m["layers"])]
     with open(os.path.join(spec["model_dir"], "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
     kwargs = dict(model=spec["model_dir"], load_format="dummy", skip_tokenizer_init=True,
@@ -431,7 +437,7 @@ def run_system(system: str, rep: int, sessions: list, a: argparse.Namespace, out
 
 def model_args(a: argparse.Namespace) -> dict:
     return {"layers": a.layers, "hidden": a.hidden, "heads": a.heads, "kv_heads": a.kv_heads, "vocab": a.vocab,
-            "max_model_len": a.max_model_len, "dtype": a.dtype}
+            "max_model_len": a.max_model_len, "dtype": a.dtype, "sliding_window": a.sliding_window}
 
 
 def pct(xs: list, q: float) -> float:
@@ -484,6 +490,8 @@ def main() -> int:
     p.add_argument("--max-model-len", type=int, default=4096)
     p.add_argument("--gpu-blocks", type=int, default=48, help="vLLM's own KV cache, blocks of 128 tokens")
     p.add_argument("--max-batched", type=int, default=4096)
+    p.add_argument("--sliding-window", type=int, default=0,
+                   help="a hybrid model: even layers attend to this many tokens (0: every layer full attention)")
     p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument("--cache-gib", type=int, default=2, help="every external cache's capacity")
     p.add_argument("--timeout", type=int, default=1200)
