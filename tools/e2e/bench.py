@@ -109,11 +109,9 @@ def run_engine(spec_path: str) -> int:
     m = spec["model"]
     cfg = sg.llama_config(argparse.Namespace(**m))
     if m.get("sliding_window"):
-        # A hybrid model (as tools/vllm/e2e_connector.py --arch hybrid): even layers attend to a
-        # sliding window, so vLLM's hybrid allocator keeps two KV cache groups where the
-        # connector supports them (SupportsHMA); for the others it turns the allocator off.
-        cfg["sliding_window"] = m["sliding_window"]
-        cfg["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(m["layers"])]
+        # vLLM keeps the two KV cache groups where the connector supports them (SupportsHMA);
+        # for the others it turns its hybrid allocator off.
+        cfg = sg.with_sliding_layers(cfg, m["sliding_window"])
     with open(os.path.join(spec["model_dir"], "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
     kwargs = dict(model=spec["model_dir"], load_format="dummy", skip_tokenizer_init=True,

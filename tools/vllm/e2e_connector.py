@@ -137,11 +137,7 @@ def run_engine(a: argparse.Namespace) -> int:
     ns = argparse.Namespace(**spec["model"])
     cfg = sg.deepseek_v2_config(ns) if spec["arch"] == "deepseek" else sg.llama_config(ns)
     if spec["arch"] == "hybrid":
-        # Every other layer attends to a sliding window (as Gemma-2 and gpt-oss do): vLLM's hybrid
-        # allocator gives those layers a KV cache group of their own, whose block table holds the
-        # null block where the window has passed.
-        cfg["sliding_window"] = ns.sliding_window
-        cfg["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(ns.layers)]
+        cfg = sg.with_sliding_layers(cfg, ns.sliding_window)
     cfg_path = os.path.join(spec["model_dir"], "config.json")
     if not os.path.exists(cfg_path):
         with open(cfg_path, "w") as f:

@@ -53,6 +53,16 @@ def llama_config(a: argparse.Namespace) -> dict:
     }
 
 
+def with_sliding_layers(cfg: dict, window: int) -> dict:
+    """A Llama config made hybrid: its even layers attend to `window` tokens (as Gemma-2 and
+    gpt-oss alternate), so vLLM's hybrid allocator gives them a KV cache group of their own
+    whose block table holds the null block where the window has passed."""
+    cfg["sliding_window"] = window
+    cfg["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention"
+                          for i in range(cfg["num_hidden_layers"])]
+    return cfg
+
+
 def deepseek_v2_config(a: argparse.Namespace) -> dict:
     # Field set of data/models/DeepSeek-V2-Lite.json, shrunk.
     return {

@@ -397,14 +397,15 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                                          for j in range(len(keys))], parent=parent, tokens=tokens or self._block_size)
         return r.new_blocks, r.refused_blocks
 
-    def _group_runs(self, rows) -> list:
-        """contiguous_runs of each group's column of rows, without its null blocks."""
-        return [contiguous_runs([row[g] for row in rows], skip=NULL_BLOCK_ID) for g in range(len(self._groups))]
+    @staticmethod
+    def _group_runs(rows, group: int) -> list:
+        """contiguous_runs of one group's column of rows, without its null blocks."""
+        return contiguous_runs([row[group] for row in rows], skip=NULL_BLOCK_ID)
 
     def _pack(self, rows, dst: torch.Tensor) -> None:
         """dst [n, block_bytes] <- the pages of the blocks at rows (no null block: the
         scheduler saves only whole rows, layout.saveable), layer after layer."""
-        runs = self._group_runs(rows)
+        runs = [self._group_runs(rows, g) for g in range(len(self._groups))]
         for _, u8, page, off, group in self._layers:
             for i, b, n in runs[group]:
                 dst[i:i + n, off:off + page].copy_(u8[b:b + n])
@@ -433,8 +434,10 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         if self._scramble_load and count > 1:
             # Negative control for tests only: each block gets its neighbour's pages.
             rows = rows[-1:] + rows[:-1]
-        runs = self._group_runs(rows)
-        for _, u8, page, off, group in (self._layers if layer is None else [self._layers[layer]]):
+        layers = self._layers if layer is None else [self._layers[layer]]
+        # A pipelined step unpacks one layer a call: only that layer's group's runs are needed.
+        runs = {group: self._group_runs(rows, group) for _, _, _, _, group in layers}
+        for _, u8, page, off, group in layers:
             for i, b, n in runs[group]:
                 u8[b:b + n].copy_(src[i:i + n, off:off + page])
             if self._dump_dir:
