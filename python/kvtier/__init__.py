@@ -6,6 +6,7 @@ The bindings live in the extension module ``kvtier._kvtier``; this package re-ex
 - Block keys (16-byte ``bytes``): :func:`chain_keys`, :func:`chain_digests`.
 - In-process store: :class:`Store`.
 - The service: :func:`serve` (``kvtier serve`` in this process) and :class:`Client`.
+- Page copies for connectors: :func:`copy_rows` (many row copies, the GIL released once).
 - Errors: :class:`KvtierError` and one subclass per status code.
 """
 
@@ -35,6 +36,7 @@ from kvtier._kvtier import (
     catalog,
     chain_digests,
     chain_keys,
+    copy_rows,
     key_from_hex,
     key_hex,
     kv_sizing,
@@ -73,6 +75,7 @@ __all__ = [
     "catalog",
     "chain_digests",
     "chain_keys",
+    "copy_rows",
     "key_from_hex",
     "key_hex",
     "kv_sizing",

@@ -104,6 +104,11 @@ def chain_keys(
 def key_hex(key: Key) -> str: ...
 def key_from_hex(hex: str) -> bytes: ...
 
+# --- copies ---
+# A 2-D buffer (numpy array, memoryview, torch CPU tensor): rows at any stride, each row contiguous.
+RowBuffer: TypeAlias = Any
+def copy_rows(copies: Sequence[Tuple[RowBuffer, RowBuffer, Sequence[Tuple[int, int, int]]]]) -> None: ...
+
 # --- sizing ---
 class AttentionGeometry:
     @property

@@ -1,6 +1,6 @@
 // What the binding files of the `_kvtier` module share: Status -> Python exception, keys and
 // buffers from Python objects, enum names. One concept per file: errors.cc, buffers.cc,
-// sizing.cc, keys.cc, store.cc, client.cc, daemon.cc (docs/python.md).
+// sizing.cc, keys.cc, store.cc, client.cc, daemon.cc, copies.cc (docs/python.md).
 //
 // Rules every binding follows:
 //  - A non-OK Status raises kvtier.KvtierError (or its subclass for the code), with the GIL held.
@@ -35,6 +35,7 @@ void BindKeys(py::module_& m);
 void BindStore(py::module_& m);
 void BindClient(py::module_& m);
 void BindDaemon(py::module_& m);
+void BindCopies(py::module_& m);
 
 // Raises the Python exception for `status` (which must not be OK). Needs the GIL.
 [[noreturn]] void ThrowStatus(const Status& status);
@@ -91,6 +92,12 @@ std::vector<BlockType> PerBlockTypes(py::handle object, std::size_t blocks);
 std::vector<TransitionType> PerBlockTransitions(py::handle object, std::size_t blocks);
 
 // --- buffers (buffers.cc) ---
+// The object that exports `item`'s buffer: `item` itself through the buffer protocol (bytes,
+// bytearray, memoryview, numpy arrays, array.array), or, failing that, its `.numpy()` (a torch
+// CPU tensor), which the caller keeps alive while it uses the buffer. InvalidArgument naming
+// `what` otherwise.
+py::buffer BufferExporter(py::handle item, const std::string& what);
+
 // Buffers of Python objects, held (exported) while this lives. Construct and destroy with the
 // GIL held; the spans may be used without it.
 class HeldBuffers {

@@ -23,6 +23,19 @@ std::string Item(const char* what, std::size_t i) { return std::string(what) + "
 
 }  // namespace
 
+py::buffer BufferExporter(py::handle item, const std::string& what) {
+  py::object object = py::reinterpret_borrow<py::object>(item);
+  if (PyObject_CheckBuffer(object.ptr()) == 0 && py::hasattr(object, "numpy")) {
+    object = object.attr("numpy")();  // a torch CPU tensor: numpy() shares its memory
+  }
+  if (PyObject_CheckBuffer(object.ptr()) == 0) {
+    ThrowStatus(Status::InvalidArgument(what + " (" + std::string(py::str(py::type::handle_of(item))) +
+                                        ") does not support the buffer protocol; pass bytes, bytearray, "
+                                        "memoryview or a numpy array"));
+  }
+  return py::reinterpret_steal<py::buffer>(object.release());
+}
+
 HeldBuffers::HeldBuffers(py::handle sequence, bool writable, const char* what) {
   if (!py::isinstance<py::sequence>(sequence) || py::isinstance<py::str>(sequence) ||
       PyObject_CheckBuffer(sequence.ptr()) != 0) {
@@ -34,18 +47,9 @@ HeldBuffers::HeldBuffers(py::handle sequence, bool writable, const char* what) {
   spans_.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     py::object item = seq[i];
-    if (PyObject_CheckBuffer(item.ptr()) == 0) {
-      if (py::hasattr(item, "numpy")) {  // a torch CPU tensor: numpy() shares its memory
-        item = item.attr("numpy")();
-        owners_.push_back(item);
-      }
-      if (PyObject_CheckBuffer(item.ptr()) == 0) {
-        ThrowStatus(Status::InvalidArgument(Item(what, i) + " (" + std::string(py::str(py::type::handle_of(seq[i]))) +
-                                            ") does not support the buffer protocol; pass bytes, bytearray, "
-                                            "memoryview or a numpy array"));
-      }
-    }
-    py::buffer_info info = py::reinterpret_borrow<py::buffer>(item).request(false);
+    py::buffer exporter = BufferExporter(item, Item(what, i));
+    if (!exporter.is(item)) owners_.push_back(exporter);
+    py::buffer_info info = exporter.request(false);
     if (writable && info.readonly) {
       ThrowStatus(Status::InvalidArgument(Item(what, i) + " is read-only; pass a writable buffer (bytearray, "
                                                           "numpy array, memoryview of one)"));

@@ -11,4 +11,5 @@ PYBIND11_MODULE(_kvtier, m) {
   kp::BindStore(m);
   kp::BindClient(m);
   kp::BindDaemon(m);
+  kp::BindCopies(m);
 }

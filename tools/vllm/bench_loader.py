@@ -6,7 +6,10 @@
 A `kvtier serve` daemon (in this process, the round trip's DRAM-over-disk tiers) holds a chain of blocks shaped like the
 TTFT model's (8 layers x 256 KiB pages = 2 MiB per block; 127 blocks = a 16k-token prompt).
 The blocks are loaded into per-layer KV tensors the way KvtierConnector does it: a get into
-the shared segment, then one copy per run of consecutive block ids and layer. Baseline, in
+the shared segment, then one kvtier.copy_rows call for every layer and run of consecutive block
+ids (the rows "torch copies" make one torch copy per layer and run instead, as the connector
+did before it used copy_rows: each of them waits for the GIL, which the rows "beside a thread
+running Python" show, as a loader thread meets vLLM's busy step loop). Baseline, in
 the same run: one torch copy of the same bytes (memcpy). Prints seconds, GB/s and the ratio
 to the baseline, best of --repeat, for: get alone, unpack alone, both on the calling thread,
 and both on the loader thread (layer-pipelined and not), all timed while the loader threads
@@ -26,6 +29,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -66,6 +70,9 @@ def main() -> int:
         client = kvtier.Client.connect_unix(daemon.socket_path, shared_memory_bytes=n * bb)
         shm = client.shared_memory
         seg = torch.frombuffer(shm, dtype=torch.uint8)
+        cache_rows = [c.numpy() for c in caches]
+        seg_table = seg[:n * bb].view(n, bb).numpy()
+        seg_columns = [seg_table[:, lay * page:(lay + 1) * page] for lay in range(layers)]
         keys = kvtier.chain_keys(list(range(n * 16)), 16, "sha256_cbor")
         seg[:n * bb].random_(0, 255)
         expected = seg[:n * bb].clone().view(n, bb)
@@ -79,7 +86,13 @@ def main() -> int:
             sizes = client.get(ks, [shm[(first + j) * bb:(first + j + 1) * bb] for j in range(len(ks))])
             return sum(1 for s in sizes if s == bb)
 
-        def unpack(layer, block_ids, first):
+        def unpack(layer, block_ids, first):  # as KvtierConnector._unpack
+            runs = contiguous_runs(block_ids)
+            kvtier.copy_rows([(cache_rows[lay], seg_columns[lay], [(b, first + i, k) for i, b, k in runs])
+                              for lay in (range(layers) if layer is None else [layer])])
+            marks["copied"] = time.perf_counter()
+
+        def unpack_torch(layer, block_ids, first):  # the connector before copy_rows
             src = seg[first * bb:(first + len(block_ids)) * bb].view(len(block_ids), bb)
             runs = contiguous_runs(block_ids)
             for lay in (range(layers) if layer is None else [layer]):
@@ -105,6 +118,23 @@ def main() -> int:
             unpack(None, ids, 0)
 
         handoff: dict = {}  # loader row -> [(submit to its get, last copy to the wait's return)]
+
+        def beside_python(fn):
+            """fn while another thread runs Python: vLLM's step loop, while a request waits for
+            its asynchronous load."""
+            stop = threading.Event()
+
+            def spin():
+                while not stop.is_set():
+                    sum(range(100))
+
+            t = threading.Thread(target=spin)
+            t.start()
+            try:
+                fn()
+            finally:
+                stop.set()
+                t.join()
 
         def on_loader(loader, row=None):
             t0 = time.perf_counter()
@@ -148,15 +178,20 @@ def main() -> int:
             timed(rep, "get + unpack, calling thread, no loader thread alive", inline)
             small_ops(rep, "no loader alive")
             loaders = {pipelined: BlockLoader(fetch, unpack, layers, n, pipelined) for pipelined in (True, False)}
+            loaders["torch"] = BlockLoader(fetch, unpack_torch, layers, n, False)
             for loader in loaders.values():
                 on_loader(loader)
             timed(rep, "memcpy (baseline)", memcpy)
             timed(rep, "get into the segment", lambda: fetch(keys, 0))
             timed(rep, "unpack into the KV tensors", lambda: unpack(None, ids, 0))
+            timed(rep, "unpack into the KV tensors, torch copies", lambda: unpack_torch(None, ids, 0))
             timed(rep, "get + unpack, calling thread", inline)
             for pipelined in (True, False):
                 row = f"loader thread, {'layer-pipelined' if pipelined else 'all layers at once'}"
                 timed(rep, row, lambda: on_loader(loaders[pipelined], row if rep else None))
+            for key, how in ((False, "copy_rows"), ("torch", "torch copies")):
+                timed(rep, f"loader thread, all layers at once, {how}, beside a thread running Python",
+                      lambda: beside_python(lambda: on_loader(loaders[key])))
             small_ops(rep, "the loaders alive")
             for loader in loaders.values():
                 loader.close()
@@ -172,12 +207,13 @@ def main() -> int:
         stage = torch.frombuffer(sshm, dtype=torch.uint8)
         rounds = iter(range(1, 1000))
 
-        def pack(block_ids, first):
-            dst = stage[first * bb:(first + len(block_ids)) * bb].view(len(block_ids), bb)
+        stage_table = stage[:n * bb].view(n, bb).numpy()
+        stage_columns = [stage_table[:, lay * page:(lay + 1) * page] for lay in range(layers)]
+
+        def pack(block_ids, first):  # as KvtierConnector._pack
             runs = contiguous_runs(block_ids)
-            for lay in range(layers):
-                for i, b, k in runs:
-                    dst[i:i + k, lay * page:(lay + 1) * page].copy_(caches[lay][b:b + k])
+            kvtier.copy_rows([(stage_columns[lay], cache_rows[lay], [(first + i, b, k) for i, b, k in runs])
+                              for lay in range(layers)])
 
         def put(parent, ks, first, tokens=0):  # kvtier.vllm.saver.Put
             r = save_client.put(ks, [sshm[(first + j) * bb:(first + j + 1) * bb] for j in range(len(ks))],

@@ -289,6 +289,11 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
 
     def _init_worker_side(self) -> None:
         self._layers: list = []  # (name, uint8 [num_blocks, page_bytes] view, page_bytes, offset, group position)
+        # For kvtier.copy_rows, made once (a torch call on a background thread waits for the GIL):
+        # each layer's view as numpy, and that layer's page in every slot of the two segments.
+        self._layer_rows: list = []
+        self._load_columns: list = []
+        self._save_columns: list = []
         self._layer_index: dict = {}
         self._block_bytes = 0
         self._load_client = None  # the loader thread's own connection and segment
@@ -347,6 +352,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             layers.append((name, u8, geo.page_bytes, offset, group))
             offset += geo.page_bytes
         self._layers = layers
+        self._layer_rows = [u8.numpy() for _, u8, *_ in layers]
         self._block_bytes = offset
         self._layer_index = {name: i for i, (name, *_) in enumerate(layers)}
         self._start_loader()
@@ -372,12 +378,19 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
     def _start_loader(self) -> None:
         self._load_client, self._load_shm, self._load_shm_t, slots = self._open_segment(
             self._load_buffer_bytes, "load_buffer_bytes")
+        self._load_columns = self._columns(self._load_shm_t, slots)
         self._loader = BlockLoader(self._fetch, self._unpack, len(self._layers), slots, self._pipeline_layers)
 
     def _start_saver(self) -> None:
         self._save_client, self._save_shm, self._save_shm_t, slots = self._open_segment(
             self._save_buffer_bytes, "shared_memory_bytes")
+        self._save_columns = self._columns(self._save_shm_t, slots)
         self._saver = BlockSaver(self._put, slots)
+
+    def _columns(self, segment: torch.Tensor, slots: int) -> list:
+        """Per layer, its page in each of a segment's slots: numpy [slots, page_bytes] views."""
+        table = segment[:slots * self._block_bytes].view(slots, self._block_bytes).numpy()
+        return [table[:, off:off + page] for _, _, page, off, _ in self._layers]
 
     def _staging(self, first_slot: int, count: int) -> torch.Tensor:
         bb = self._block_bytes
@@ -386,10 +399,9 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
     # The saver's callbacks (kvtier.vllm.saver.Pack on its packer thread or vLLM's, Put on the
     # saver thread).
     def _stage(self, blocks, first_slot: int) -> None:
-        staged = self._staging(first_slot, len(blocks))
-        self._pack([b for b, _ in blocks], staged)
+        self._pack([b for b, _ in blocks], first_slot)
         if self._dump_dir:
-            self._dump("save", [k for _, k in blocks], staged)
+            self._dump("save", [k for _, k in blocks], self._staging(first_slot, len(blocks)))
 
     def _put(self, parent, keys, first_slot: int, tokens: int) -> tuple:
         bb, shm = self._block_bytes, self._save_shm
@@ -402,13 +414,13 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         """contiguous_runs of one group's column of rows, without its null blocks."""
         return contiguous_runs([row[group] for row in rows], skip=NULL_BLOCK_ID)
 
-    def _pack(self, rows, dst: torch.Tensor) -> None:
-        """dst [n, block_bytes] <- the pages of the blocks at rows (no null block: the
-        scheduler saves only whole rows, layout.saveable), layer after layer."""
+    def _pack(self, rows, first_slot: int) -> None:
+        """Staging slots from first_slot <- the pages of the blocks at rows (no null block: the
+        scheduler saves only whole rows, layout.saveable), every layer in one copy_rows call."""
         runs = [self._group_runs(rows, g) for g in range(len(self._groups))]
-        for _, u8, page, off, group in self._layers:
-            for i, b, n in runs[group]:
-                dst[i:i + n, off:off + page].copy_(u8[b:b + n])
+        kvtier.copy_rows([(self._save_columns[j], self._layer_rows[j],
+                           [(first_slot + i, b, n) for i, b, n in runs[layer[4]]])
+                          for j, layer in enumerate(self._layers)])
 
     # The loader thread's callbacks (kvtier.vllm.loader.Fetch and Unpack).
     def _fetch(self, keys, first_slot: int) -> int:
@@ -427,30 +439,32 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         return good
 
     def _unpack(self, layer: Optional[int], rows, first_slot: int) -> None:
-        """Copies buffer slots into the blocks at rows; a group's null block (a position its
-        sliding window has passed) takes nothing."""
-        bb, count = self._block_bytes, len(rows)
-        src = self._load_shm_t[first_slot * bb:(first_slot + count) * bb].view(count, bb)
-        if self._scramble_load and count > 1:
+        """Copies buffer slots into the blocks at rows, in one copy_rows call; a group's null
+        block (a position its sliding window has passed) takes nothing."""
+        if self._scramble_load and len(rows) > 1:
             # Negative control for tests only: each block gets its neighbour's pages.
             rows = rows[-1:] + rows[:-1]
-        layers = self._layers if layer is None else [self._layers[layer]]
+        which = range(len(self._layers)) if layer is None else [layer]
         # A pipelined step unpacks one layer a call: only that layer's group's runs are needed.
-        runs = {group: self._group_runs(rows, group) for _, _, _, _, group in layers}
-        for _, u8, page, off, group in layers:
-            for i, b, n in runs[group]:
-                u8[b:b + n].copy_(src[i:i + n, off:off + page])
-            if self._dump_dir:
-                # The pages as the load left them: the forward may compute over part of a
-                # loaded block (a tail's, or the last token of a prompt) once the gate opens.
-                # A null block's layers stay out, named in the dump's .skipped list.
-                for row in rows:
-                    snap, skipped = self._loaded_pages.setdefault(
-                        row, (torch.zeros(self._block_bytes, dtype=torch.uint8), []))
-                    if row[group] == NULL_BLOCK_ID:
-                        skipped.append([off, page])
-                    else:
-                        snap[off:off + page].copy_(u8[row[group]])
+        runs = {g: self._group_runs(rows, g) for g in {self._layers[j][4] for j in which}}
+        kvtier.copy_rows([(self._layer_rows[j], self._load_columns[j],
+                           [(b, first_slot + i, n) for i, b, n in runs[self._layers[j][4]]])
+                          for j in which])
+        if self._dump_dir:
+            self._snapshot_loaded(which, rows)
+
+    def _snapshot_loaded(self, which, rows) -> None:
+        for _, u8, page, off, group in (self._layers[j] for j in which):
+            # The pages as the load left them: the forward may compute over part of a
+            # loaded block (a tail's, or the last token of a prompt) once the gate opens.
+            # A null block's layers stay out, named in the dump's .skipped list.
+            for row in rows:
+                snap, skipped = self._loaded_pages.setdefault(
+                    row, (torch.zeros(self._block_bytes, dtype=torch.uint8), []))
+                if row[group] == NULL_BLOCK_ID:
+                    skipped.append([off, page])
+                else:
+                    snap[off:off + page].copy_(u8[row[group]])
 
     def _dump(self, prefix: str, keys, rows: torch.Tensor, skipped=None) -> None:
         for j, k in enumerate(keys):
