@@ -159,13 +159,6 @@ class Reader {
   Status status_;
 };
 
-template <class... Ts>
-struct Overloaded : Ts... {
-  using Ts::operator()...;
-};
-template <class... Ts>
-Overloaded(Ts...) -> Overloaded<Ts...>;
-
 Status CheckBatch(std::size_t n, const Limits& limits, const char* what) {
   if (n > limits.max_batch) {
     return Status::InvalidArgument(std::string("protocol: ") + what + " has " + std::to_string(n) +
@@ -180,6 +173,380 @@ Status CheckString(const std::string& s, const Limits& limits, const char* what)
                                    std::to_string(limits.max_string_bytes) + " bytes");
   }
   return Status::Ok();
+}
+
+// What EncodeFrame needs from a message once its body is written: the header's type and reply
+// bit, and whether the message keeps the limits and its version's rules.
+struct EncodedBody {
+  MessageType type;
+  bool reply;
+  Status checked;
+};
+
+// Writes a message's body, one operator per message type. A failed check does not stop the
+// writing: EncodeFrame then takes back everything written, so each layout reads straight through.
+class BodyEncoder {
+ public:
+  BodyEncoder(Writer& w, const Limits& limits, bool checksums, MessageType reply_to)
+      : w_(w), limits_(limits), checksums_(checksums), reply_to_(reply_to) {}
+
+  EncodedBody operator()(const ErrorReply& m) const {
+    Status checked = CheckString(m.message, limits_, "an error message");
+    w_.Put(static_cast<uint8_t>(m.code));
+    w_.String(m.message);
+    return Reply(MessageType::kError, std::move(checked));
+  }
+  EncodedBody operator()(const Hello& m) const {
+    Status checked = CheckString(m.tenant, limits_, "the tenant");
+    if (checked.ok()) checked = CheckString(m.auth_token, limits_, "the auth token");
+    if (checked.ok()) checked = CheckBatch(m.segment_bytes.size(), limits_, "Hello's segments");
+    w_.String(m.tenant);
+    w_.String(m.auth_token);
+    w_.Put(static_cast<uint32_t>(m.segment_bytes.size()));
+    for (uint64_t b : m.segment_bytes) w_.Put(b);
+    return Request(MessageType::kHello, std::move(checked));
+  }
+  EncodedBody operator()(const Lookup& m) const {
+    Status checked = CheckBatch(m.chains.size(), limits_, "Lookup");
+    w_.Put(static_cast<uint32_t>(m.chains.size()));
+    for (const auto& chain : m.chains) {
+      if (checked.ok()) checked = CheckBatch(chain.size(), limits_, "a Lookup chain");
+      w_.Put(static_cast<uint32_t>(chain.size()));
+      w_.Keys(chain);
+    }
+    return Request(MessageType::kLookup, std::move(checked));
+  }
+  EncodedBody operator()(const Put& m) const {
+    Status checked = CheckBatch(m.blocks.size(), limits_, "Put");
+    w_.Put(static_cast<uint8_t>(m.parent.has_value()));
+    if (m.parent) w_.Key(*m.parent);
+    w_.Put(static_cast<uint32_t>(m.blocks.size()));
+    std::size_t inline_total = 0;
+    for (const PutBlock& b : m.blocks) inline_total += b.inline_bytes.size();
+    w_.Reserve(inline_total + m.blocks.size() * kPutBlockFieldBytes);
+    for (const PutBlock& b : m.blocks) {
+      w_.Key(b.key);
+      w_.Put(b.tokens);
+      w_.Put(static_cast<uint8_t>(b.type));
+      w_.Put(static_cast<uint8_t>(b.transition));
+      w_.Ref(b.payload);
+      if (checksums_) {
+        if (checked.ok() && !b.checksum) {
+          checked = Status::InvalidArgument("protocol: a version 2 Put needs every block's checksum");
+        }
+        w_.Put(b.checksum.value_or(0));
+      }
+      if (b.payload.segment == PayloadRef::kInline) w_.Bytes(b.inline_bytes);
+    }
+    return Request(MessageType::kPut, std::move(checked));
+  }
+  EncodedBody operator()(const Get& m) const {
+    Status checked = CheckBatch(m.keys.size(), limits_, "Get");
+    if (checked.ok() && m.destinations.size() != m.keys.size()) {
+      checked = Status::InvalidArgument("protocol: Get needs one destination per key");
+    }
+    w_.Put(static_cast<uint8_t>(m.transition));
+    w_.Put(static_cast<uint32_t>(m.keys.size()));
+    for (std::size_t i = 0; i < m.keys.size(); ++i) {
+      w_.Key(m.keys[i]);
+      w_.Ref(i < m.destinations.size() ? m.destinations[i] : PayloadRef{});
+    }
+    return Request(MessageType::kGet, std::move(checked));
+  }
+  EncodedBody operator()(const Prefetch& m) const { return KeysRequest(MessageType::kPrefetch, m.keys, "Prefetch"); }
+  EncodedBody operator()(const Pin& m) const { return KeysRequest(MessageType::kPin, m.keys, "Pin"); }
+  EncodedBody operator()(const Unpin& m) const {
+    w_.Put(m.pin_id);
+    return Request(MessageType::kUnpin);
+  }
+  EncodedBody operator()(const Expect& m) const { return KeysRequest(MessageType::kExpect, m.keys, "Expect"); }
+  EncodedBody operator()(const Unexpect& m) const {
+    w_.Put(m.expect_id);
+    return Request(MessageType::kUnexpect);
+  }
+  EncodedBody operator()(const Tags& m) const {
+    Status checked = CheckBatch(m.updates.size(), limits_, "Tags");
+    w_.Put(static_cast<uint32_t>(m.updates.size()));
+    for (const TagUpdate& u : m.updates) {
+      w_.Key(u.key);
+      w_.Put(static_cast<uint8_t>(u.type));
+      w_.Put(static_cast<uint8_t>(u.transition));
+    }
+    return Request(MessageType::kTags, std::move(checked));
+  }
+  EncodedBody operator()(const Importance& m) const {
+    Status checked = CheckBatch(m.reports.size(), limits_, "Importance");
+    w_.Put(static_cast<uint32_t>(m.reports.size()));
+    for (const ImportanceReport& r : m.reports) {
+      w_.Put(r.layer);
+      w_.Put(r.head);
+      w_.Put(r.value);
+    }
+    return Request(MessageType::kImportance, std::move(checked));
+  }
+  EncodedBody operator()(const Stats&) const { return Request(MessageType::kStats); }
+
+  EncodedBody operator()(const HelloReply& m) const {
+    w_.Put(m.version);
+    w_.Put(m.tier_count);
+    return Reply(MessageType::kHello);
+  }
+  EncodedBody operator()(const LookupReply& m) const {
+    Status checked = CheckBatch(m.chains.size(), limits_, "a Lookup reply");
+    w_.Put(static_cast<uint32_t>(m.chains.size()));
+    for (const ChainLookup& c : m.chains) {
+      w_.Put(c.prefix_blocks);
+      w_.Put(c.load_blocks);
+      if (checked.ok() && c.bytes.size() != c.tier.size()) {
+        checked = Status::InvalidArgument("protocol: a Lookup reply needs one size per tier entry");
+      }
+      w_.Put(static_cast<uint32_t>(c.tier.size()));
+      std::byte* at = w_.Extend(c.tier.size() * (sizeof(uint8_t) + sizeof(uint32_t)));
+      for (std::size_t i = 0; i < c.tier.size(); ++i) {
+        at = Writer::Store(Writer::Store(at, c.tier[i]), i < c.bytes.size() ? c.bytes[i] : 0u);
+      }
+    }
+    return Reply(MessageType::kLookup, std::move(checked));
+  }
+  EncodedBody operator()(const PutReply& m) const {
+    w_.Put(m.new_blocks);
+    w_.Put(m.present_blocks);
+    w_.Put(m.refused_blocks);
+    return Reply(MessageType::kPut);
+  }
+  EncodedBody operator()(const GetReply& m) const {
+    Status checked = CheckBatch(m.sizes.size(), limits_, "a Get reply");
+    if (checked.ok() && !m.inline_blocks.empty() && m.inline_blocks.size() != m.sizes.size()) {
+      checked = Status::InvalidArgument("protocol: a Get reply carries every block inline or none");
+    }
+    if (checked.ok() && checksums_ && m.checksums.size() != m.sizes.size()) {
+      checked = Status::InvalidArgument("protocol: a version 2 Get reply needs one checksum per block");
+    }
+    w_.Put(static_cast<uint32_t>(m.sizes.size()));
+    for (std::size_t i = 0; i < m.sizes.size(); ++i) {
+      w_.Put(m.sizes[i]);
+      if (checksums_) w_.Put(i < m.checksums.size() ? m.checksums[i] : uint64_t{0});
+    }
+    w_.Put(static_cast<uint32_t>(m.inline_blocks.size()));
+    std::size_t inline_total = 0;
+    for (const auto& b : m.inline_blocks) inline_total += b.size() + 4;
+    w_.Reserve(inline_total);
+    for (const auto& b : m.inline_blocks) w_.Bytes(b);
+    return Reply(MessageType::kGet, std::move(checked));
+  }
+  EncodedBody operator()(const PinReply& m) const {
+    w_.Put(m.pin_id);
+    w_.Put(m.pinned_blocks);
+    return Reply(MessageType::kPin);
+  }
+  EncodedBody operator()(const ExpectReply& m) const {
+    w_.Put(m.expect_id);
+    return Reply(MessageType::kExpect);
+  }
+  // An empty reply says what it answers only through its header.
+  EncodedBody operator()(const EmptyReply&) const { return Reply(reply_to_); }
+  EncodedBody operator()(const StatsReply& m) const {
+    w_.Bytes(std::as_bytes(std::span(m.json.data(), m.json.size())));
+    return Reply(MessageType::kStats);
+  }
+
+ private:
+  static EncodedBody Request(MessageType type, Status checked = Status::Ok()) {
+    return {type, false, std::move(checked)};
+  }
+  static EncodedBody Reply(MessageType type, Status checked = Status::Ok()) { return {type, true, std::move(checked)}; }
+  // Prefetch, Pin and Expect: a batch of keys and nothing else.
+  EncodedBody KeysRequest(MessageType type, const std::vector<BlockKey>& keys, const char* what) const {
+    Status checked = CheckBatch(keys.size(), limits_, what);
+    w_.Put(static_cast<uint32_t>(keys.size()));
+    w_.Keys(keys);
+    return Request(type, std::move(checked));
+  }
+
+  Writer& w_;
+  const Limits& limits_;
+  const bool checksums_;
+  const MessageType reply_to_;
+};
+
+ErrorReply DecodeErrorReply(Reader& r) {
+  ErrorReply m;
+  const uint8_t code = r.Get<uint8_t>("error code");
+  if (code > static_cast<uint8_t>(StatusCode::kPermissionDenied)) r.Fail("unknown status code " + std::to_string(code));
+  m.code = static_cast<StatusCode>(code);
+  m.message = r.String("error message");
+  return m;
+}
+
+Hello DecodeHello(Reader& r) {
+  Hello m;
+  m.tenant = r.String("tenant");
+  m.auth_token = r.String("auth token");
+  m.segment_bytes.resize(r.Count("segments", 8));
+  for (uint64_t& b : m.segment_bytes) b = r.Get<uint64_t>("segment size");
+  return m;
+}
+
+Lookup DecodeLookup(Reader& r) {
+  Lookup m;
+  m.chains.resize(r.Count("chains", 4));
+  for (auto& chain : m.chains) chain = r.Keys("chain keys");
+  return m;
+}
+
+Put DecodePut(Reader& r, bool checksums) {
+  Put m;
+  if (r.Get<uint8_t>("has parent") != 0) m.parent = r.Key("parent");
+  m.blocks.resize(r.Count("blocks", 16 + 4 + 2 + 16 + (checksums ? 8 : 0)));
+  for (PutBlock& b : m.blocks) {
+    b.key = r.Key("block key");
+    b.tokens = r.Get<uint32_t>("tokens");
+    b.type = r.EnumValue<BlockType>("block type", 4);
+    b.transition = r.EnumValue<TransitionType>("transition", 4);
+    b.payload = r.Ref("payload");
+    if (checksums) b.checksum = r.Get<uint64_t>("checksum");
+    if (b.payload.segment == PayloadRef::kInline) {
+      b.inline_bytes = r.Bytes("inline payload");
+      if (b.inline_bytes.size() != b.payload.length) r.Fail("an inline payload's length is not its reference's");
+    }
+  }
+  return m;
+}
+
+Get DecodeGet(Reader& r) {
+  Get m;
+  m.transition = r.EnumValue<TransitionType>("transition", 4);
+  const uint32_t n = r.Count("keys", 32);
+  m.keys.resize(n);
+  m.destinations.resize(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    m.keys[i] = r.Key("key");
+    m.destinations[i] = r.Ref("destination");
+  }
+  return m;
+}
+
+Tags DecodeTags(Reader& r) {
+  Tags m;
+  m.updates.resize(r.Count("tag updates", 18));
+  for (TagUpdate& u : m.updates) {
+    u.key = r.Key("key");
+    u.type = r.EnumValue<BlockType>("block type", 4);
+    u.transition = r.EnumValue<TransitionType>("transition", 4);
+  }
+  return m;
+}
+
+Importance DecodeImportance(Reader& r) {
+  Importance m;
+  m.reports.resize(r.Count("reports", 16));
+  for (ImportanceReport& rep : m.reports) {
+    rep.layer = r.Get<uint32_t>("layer");
+    rep.head = r.Get<uint32_t>("head");
+    rep.value = r.Get<double>("importance");
+  }
+  return m;
+}
+
+Message DecodeRequest(MessageType type, Reader& r, bool checksums) {
+  switch (type) {
+    case MessageType::kHello: return DecodeHello(r);
+    case MessageType::kLookup: return DecodeLookup(r);
+    case MessageType::kPut: return DecodePut(r, checksums);
+    case MessageType::kGet: return DecodeGet(r);
+    case MessageType::kPrefetch: return Prefetch{r.Keys("keys")};
+    case MessageType::kPin: return Pin{r.Keys("keys")};
+    case MessageType::kUnpin: return Unpin{r.Get<uint64_t>("pin id")};
+    case MessageType::kExpect: return Expect{r.Keys("keys")};
+    case MessageType::kUnexpect: return Unexpect{r.Get<uint64_t>("expect id")};
+    case MessageType::kTags: return DecodeTags(r);
+    case MessageType::kImportance: return DecodeImportance(r);
+    case MessageType::kStats: return Stats{};
+    case MessageType::kError: break;  // DecodePayload reads an error before it asks for a request
+  }
+  return Message{};
+}
+
+HelloReply DecodeHelloReply(Reader& r) {
+  HelloReply m;
+  m.version = r.Get<uint16_t>("version");
+  m.tier_count = r.Get<uint32_t>("tier count");
+  return m;
+}
+
+LookupReply DecodeLookupReply(Reader& r) {
+  LookupReply m;
+  m.chains.resize(r.Count("chains", 12));
+  for (ChainLookup& c : m.chains) {
+    c.prefix_blocks = r.Get<uint32_t>("prefix blocks");
+    c.load_blocks = r.Get<uint32_t>("load blocks");
+    const std::size_t n = r.Count("tiers", 5);
+    c.tier.resize(n);
+    c.bytes.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      c.tier[i] = r.Get<uint8_t>("tier");
+      c.bytes[i] = r.Get<uint32_t>("block size");
+    }
+  }
+  return m;
+}
+
+PutReply DecodePutReply(Reader& r) {
+  PutReply m;
+  m.new_blocks = r.Get<uint32_t>("new blocks");
+  m.present_blocks = r.Get<uint32_t>("present blocks");
+  m.refused_blocks = r.Get<uint32_t>("refused blocks");
+  return m;
+}
+
+GetReply DecodeGetReply(Reader& r, bool checksums) {
+  GetReply m;
+  m.sizes.resize(r.Count("sizes", checksums ? 12 : 4));
+  if (checksums) m.checksums.resize(m.sizes.size());
+  for (std::size_t i = 0; i < m.sizes.size(); ++i) {
+    m.sizes[i] = r.Get<uint32_t>("size");
+    if (checksums) m.checksums[i] = r.Get<uint64_t>("checksum");
+  }
+  const std::size_t inline_count = r.Count("inline blocks", 4);
+  if (inline_count != 0 && inline_count != m.sizes.size()) {
+    r.Fail("a Get reply carries every block inline or none");
+    return m;  // the blocks are not read: they would be matched against sizes that are not there
+  }
+  m.inline_blocks.resize(inline_count);
+  for (std::size_t i = 0; i < m.inline_blocks.size(); ++i) {
+    m.inline_blocks[i] = r.Bytes("inline block");
+    if (m.inline_blocks[i].size() != m.sizes[i]) r.Fail("an inline block's length is not its size");
+  }
+  return m;
+}
+
+PinReply DecodePinReply(Reader& r) {
+  PinReply m;
+  m.pin_id = r.Get<uint64_t>("pin id");
+  m.pinned_blocks = r.Get<uint32_t>("pinned blocks");
+  return m;
+}
+
+Message DecodeReply(MessageType type, Reader& r, bool checksums) {
+  switch (type) {
+    case MessageType::kHello: return DecodeHelloReply(r);
+    case MessageType::kLookup: return DecodeLookupReply(r);
+    case MessageType::kPut: return DecodePutReply(r);
+    case MessageType::kGet: return DecodeGetReply(r, checksums);
+    case MessageType::kPin: return DecodePinReply(r);
+    case MessageType::kExpect: return ExpectReply{r.Get<uint64_t>("expect id")};
+    case MessageType::kStats: {
+      const std::span<const std::byte> json = r.Bytes("stats");
+      return StatsReply{std::string(reinterpret_cast<const char*>(json.data()), json.size())};
+    }
+    case MessageType::kPrefetch:
+    case MessageType::kUnpin:
+    case MessageType::kUnexpect:
+    case MessageType::kTags:
+    case MessageType::kImportance: return EmptyReply{};
+    case MessageType::kError: break;  // DecodePayload reads an error before it asks for a reply
+  }
+  return Message{};
 }
 
 }  // namespace
@@ -220,209 +587,22 @@ Status EncodeFrame(const Message& message, uint64_t request_id, MessageType repl
   const std::size_t frame_start = out.size();
   out.resize(frame_start + kHeaderBytes);
   Writer w(out);
-  MessageType type = MessageType::kError;
-  bool reply = true;
-  Status checked = Status::Ok();
-  std::visit(
-      Overloaded{
-          [&](const ErrorReply& m) {
-            checked = CheckString(m.message, limits, "an error message");
-            w.Put(static_cast<uint8_t>(m.code));
-            w.String(m.message);
-          },
-          [&](const Hello& m) {
-            type = MessageType::kHello;
-            reply = false;
-            checked = CheckString(m.tenant, limits, "the tenant");
-            if (checked.ok()) checked = CheckString(m.auth_token, limits, "the auth token");
-            if (checked.ok()) checked = CheckBatch(m.segment_bytes.size(), limits, "Hello's segments");
-            w.String(m.tenant);
-            w.String(m.auth_token);
-            w.Put(static_cast<uint32_t>(m.segment_bytes.size()));
-            for (uint64_t b : m.segment_bytes) w.Put(b);
-          },
-          [&](const Lookup& m) {
-            type = MessageType::kLookup;
-            reply = false;
-            checked = CheckBatch(m.chains.size(), limits, "Lookup");
-            w.Put(static_cast<uint32_t>(m.chains.size()));
-            for (const auto& chain : m.chains) {
-              if (checked.ok()) checked = CheckBatch(chain.size(), limits, "a Lookup chain");
-              w.Put(static_cast<uint32_t>(chain.size()));
-              w.Keys(chain);
-            }
-          },
-          [&](const Put& m) {
-            type = MessageType::kPut;
-            reply = false;
-            checked = CheckBatch(m.blocks.size(), limits, "Put");
-            w.Put(static_cast<uint8_t>(m.parent.has_value()));
-            if (m.parent) w.Key(*m.parent);
-            w.Put(static_cast<uint32_t>(m.blocks.size()));
-            std::size_t inline_total = 0;
-            for (const PutBlock& b : m.blocks) inline_total += b.inline_bytes.size();
-            w.Reserve(inline_total + m.blocks.size() * kPutBlockFieldBytes);
-            for (const PutBlock& b : m.blocks) {
-              w.Key(b.key);
-              w.Put(b.tokens);
-              w.Put(static_cast<uint8_t>(b.type));
-              w.Put(static_cast<uint8_t>(b.transition));
-              w.Ref(b.payload);
-              if (checksums) {
-                if (checked.ok() && !b.checksum) {
-                  checked = Status::InvalidArgument("protocol: a version 2 Put needs every block's checksum");
-                }
-                w.Put(b.checksum.value_or(0));
-              }
-              if (b.payload.segment == PayloadRef::kInline) w.Bytes(b.inline_bytes);
-            }
-          },
-          [&](const Get& m) {
-            type = MessageType::kGet;
-            reply = false;
-            checked = CheckBatch(m.keys.size(), limits, "Get");
-            if (checked.ok() && m.destinations.size() != m.keys.size()) {
-              checked = Status::InvalidArgument("protocol: Get needs one destination per key");
-            }
-            w.Put(static_cast<uint8_t>(m.transition));
-            w.Put(static_cast<uint32_t>(m.keys.size()));
-            for (std::size_t i = 0; i < m.keys.size(); ++i) {
-              w.Key(m.keys[i]);
-              w.Ref(i < m.destinations.size() ? m.destinations[i] : PayloadRef{});
-            }
-          },
-          [&](const Prefetch& m) {
-            type = MessageType::kPrefetch;
-            reply = false;
-            checked = CheckBatch(m.keys.size(), limits, "Prefetch");
-            w.Put(static_cast<uint32_t>(m.keys.size()));
-            w.Keys(m.keys);
-          },
-          [&](const Pin& m) {
-            type = MessageType::kPin;
-            reply = false;
-            checked = CheckBatch(m.keys.size(), limits, "Pin");
-            w.Put(static_cast<uint32_t>(m.keys.size()));
-            w.Keys(m.keys);
-          },
-          [&](const Unpin& m) {
-            type = MessageType::kUnpin;
-            reply = false;
-            w.Put(m.pin_id);
-          },
-          [&](const Expect& m) {
-            type = MessageType::kExpect;
-            reply = false;
-            checked = CheckBatch(m.keys.size(), limits, "Expect");
-            w.Put(static_cast<uint32_t>(m.keys.size()));
-            w.Keys(m.keys);
-          },
-          [&](const Unexpect& m) {
-            type = MessageType::kUnexpect;
-            reply = false;
-            w.Put(m.expect_id);
-          },
-          [&](const Tags& m) {
-            type = MessageType::kTags;
-            reply = false;
-            checked = CheckBatch(m.updates.size(), limits, "Tags");
-            w.Put(static_cast<uint32_t>(m.updates.size()));
-            for (const TagUpdate& u : m.updates) {
-              w.Key(u.key);
-              w.Put(static_cast<uint8_t>(u.type));
-              w.Put(static_cast<uint8_t>(u.transition));
-            }
-          },
-          [&](const Importance& m) {
-            type = MessageType::kImportance;
-            reply = false;
-            checked = CheckBatch(m.reports.size(), limits, "Importance");
-            w.Put(static_cast<uint32_t>(m.reports.size()));
-            for (const ImportanceReport& r : m.reports) {
-              w.Put(r.layer);
-              w.Put(r.head);
-              w.Put(r.value);
-            }
-          },
-          [&](const Stats&) { type = MessageType::kStats;
-            reply = false; },
-          [&](const HelloReply& m) {
-            type = MessageType::kHello;
-            w.Put(m.version);
-            w.Put(m.tier_count);
-          },
-          [&](const LookupReply& m) {
-            type = MessageType::kLookup;
-            checked = CheckBatch(m.chains.size(), limits, "a Lookup reply");
-            w.Put(static_cast<uint32_t>(m.chains.size()));
-            for (const ChainLookup& c : m.chains) {
-              w.Put(c.prefix_blocks);
-              w.Put(c.load_blocks);
-              if (checked.ok() && c.bytes.size() != c.tier.size()) {
-                checked = Status::InvalidArgument("protocol: a Lookup reply needs one size per tier entry");
-              }
-              w.Put(static_cast<uint32_t>(c.tier.size()));
-              std::byte* at = w.Extend(c.tier.size() * (sizeof(uint8_t) + sizeof(uint32_t)));
-              for (std::size_t i = 0; i < c.tier.size(); ++i) {
-                at = Writer::Store(Writer::Store(at, c.tier[i]), i < c.bytes.size() ? c.bytes[i] : 0u);
-              }
-            }
-          },
-          [&](const PutReply& m) {
-            type = MessageType::kPut;
-            w.Put(m.new_blocks);
-            w.Put(m.present_blocks);
-            w.Put(m.refused_blocks);
-          },
-          [&](const GetReply& m) {
-            type = MessageType::kGet;
-            checked = CheckBatch(m.sizes.size(), limits, "a Get reply");
-            if (checked.ok() && !m.inline_blocks.empty() && m.inline_blocks.size() != m.sizes.size()) {
-              checked = Status::InvalidArgument("protocol: a Get reply carries every block inline or none");
-            }
-            if (checked.ok() && checksums && m.checksums.size() != m.sizes.size()) {
-              checked = Status::InvalidArgument("protocol: a version 2 Get reply needs one checksum per block");
-            }
-            w.Put(static_cast<uint32_t>(m.sizes.size()));
-            for (std::size_t i = 0; i < m.sizes.size(); ++i) {
-              w.Put(m.sizes[i]);
-              if (checksums) w.Put(i < m.checksums.size() ? m.checksums[i] : uint64_t{0});
-            }
-            w.Put(static_cast<uint32_t>(m.inline_blocks.size()));
-            std::size_t inline_total = 0;
-            for (const auto& b : m.inline_blocks) inline_total += b.size() + 4;
-            w.Reserve(inline_total);
-            for (const auto& b : m.inline_blocks) w.Bytes(b);
-          },
-          [&](const PinReply& m) {
-            type = MessageType::kPin;
-            w.Put(m.pin_id);
-            w.Put(m.pinned_blocks);
-          },
-          [&](const ExpectReply& m) {
-            type = MessageType::kExpect;
-            w.Put(m.expect_id);
-          },
-          [&](const EmptyReply&) { type = reply_to; },
-          [&](const StatsReply& m) {
-            type = MessageType::kStats;
-            w.Bytes(std::as_bytes(std::span(m.json.data(), m.json.size())));
-          },
-      },
-      message);
+  EncodedBody body = std::visit(BodyEncoder(w, limits, checksums, reply_to), message);
   const std::size_t payload_bytes = out.size() - frame_start - kHeaderBytes;
-  if (checked.ok() && payload_bytes > limits.max_payload_bytes) {
-    checked = Status::InvalidArgument("protocol: a " + std::to_string(payload_bytes) + "-byte payload is over the " +
-                                      std::to_string(limits.max_payload_bytes) + "-byte limit; send payloads in shared memory");
+  if (body.checked.ok() && payload_bytes > limits.max_payload_bytes) {
+    body.checked = Status::InvalidArgument("protocol: a " + std::to_string(payload_bytes) +
+                                           "-byte payload is over the " + std::to_string(limits.max_payload_bytes) +
+                                           "-byte limit; send payloads in shared memory");
   }
-  if (!checked.ok()) {
+  if (!body.checked.ok()) {
     out.resize(frame_start);  // `out` as it was: a failed encoding appends nothing
-    return checked;
+    return std::move(body.checked);
   }
   std::byte* header = out.data() + frame_start;
   header = Writer::Store(header, kMagic);
   header = Writer::Store(header, version);
-  header = Writer::Store(header, static_cast<uint16_t>(static_cast<uint16_t>(type) | (reply ? kReplyBit : 0)));
+  header = Writer::Store(header,
+                         static_cast<uint16_t>(static_cast<uint16_t>(body.type) | (body.reply ? kReplyBit : 0)));
   header = Writer::Store(header, request_id);
   header = Writer::Store(header, static_cast<uint32_t>(payload_bytes));
   header = Writer::Store(header, uint16_t{0});
@@ -464,170 +644,14 @@ Result<FrameHeader> DecodeHeader(std::span<const std::byte> bytes, const Limits&
 Result<Message> DecodePayload(const FrameHeader& h, std::span<const std::byte> payload, const Limits& limits) {
   if (payload.size() != h.payload_bytes) return Status::InvalidArgument("protocol: the payload's size is not the header's");
   Reader r(payload, limits);
-  Message out;
   const bool checksums = h.version >= 2;  // end-to-end checksums in Put and in Get's reply
+  Message out;
   if (h.type == MessageType::kError) {
-    ErrorReply m;
-    const uint8_t code = r.Get<uint8_t>("error code");
-    if (code > static_cast<uint8_t>(StatusCode::kPermissionDenied)) r.Fail("unknown status code " + std::to_string(code));
-    m.code = static_cast<StatusCode>(code);
-    m.message = r.String("error message");
-    out = std::move(m);
+    out = DecodeErrorReply(r);
   } else if (!h.reply) {
-    switch (h.type) {
-      case MessageType::kHello: {
-        Hello m;
-        m.tenant = r.String("tenant");
-        m.auth_token = r.String("auth token");
-        m.segment_bytes.resize(r.Count("segments", 8));
-        for (uint64_t& b : m.segment_bytes) b = r.Get<uint64_t>("segment size");
-        out = std::move(m);
-        break;
-      }
-      case MessageType::kLookup: {
-        Lookup m;
-        m.chains.resize(r.Count("chains", 4));
-        for (auto& chain : m.chains) chain = r.Keys("chain keys");
-        out = std::move(m);
-        break;
-      }
-      case MessageType::kPut: {
-        Put m;
-        if (r.Get<uint8_t>("has parent") != 0) m.parent = r.Key("parent");
-        m.blocks.resize(r.Count("blocks", 16 + 4 + 2 + 16 + (checksums ? 8 : 0)));
-        for (PutBlock& b : m.blocks) {
-          b.key = r.Key("block key");
-          b.tokens = r.Get<uint32_t>("tokens");
-          b.type = r.EnumValue<BlockType>("block type", 4);
-          b.transition = r.EnumValue<TransitionType>("transition", 4);
-          b.payload = r.Ref("payload");
-          if (checksums) b.checksum = r.Get<uint64_t>("checksum");
-          if (b.payload.segment == PayloadRef::kInline) {
-            b.inline_bytes = r.Bytes("inline payload");
-            if (b.inline_bytes.size() != b.payload.length) r.Fail("an inline payload's length is not its reference's");
-          }
-        }
-        out = std::move(m);
-        break;
-      }
-      case MessageType::kGet: {
-        Get m;
-        m.transition = r.EnumValue<TransitionType>("transition", 4);
-        const uint32_t n = r.Count("keys", 32);
-        m.keys.resize(n);
-        m.destinations.resize(n);
-        for (uint32_t i = 0; i < n; ++i) {
-          m.keys[i] = r.Key("key");
-          m.destinations[i] = r.Ref("destination");
-        }
-        out = std::move(m);
-        break;
-      }
-      case MessageType::kPrefetch: out = Prefetch{r.Keys("keys")}; break;
-      case MessageType::kPin: out = Pin{r.Keys("keys")}; break;
-      case MessageType::kUnpin: out = Unpin{r.Get<uint64_t>("pin id")}; break;
-      case MessageType::kExpect: out = Expect{r.Keys("keys")}; break;
-      case MessageType::kUnexpect: out = Unexpect{r.Get<uint64_t>("expect id")}; break;
-      case MessageType::kTags: {
-        Tags m;
-        m.updates.resize(r.Count("tag updates", 18));
-        for (TagUpdate& u : m.updates) {
-          u.key = r.Key("key");
-          u.type = r.EnumValue<BlockType>("block type", 4);
-          u.transition = r.EnumValue<TransitionType>("transition", 4);
-        }
-        out = std::move(m);
-        break;
-      }
-      case MessageType::kImportance: {
-        Importance m;
-        m.reports.resize(r.Count("reports", 16));
-        for (ImportanceReport& rep : m.reports) {
-          rep.layer = r.Get<uint32_t>("layer");
-          rep.head = r.Get<uint32_t>("head");
-          rep.value = r.Get<double>("importance");
-        }
-        out = std::move(m);
-        break;
-      }
-      case MessageType::kStats: out = Stats{}; break;
-      case MessageType::kError: break;  // handled above
-    }
+    out = DecodeRequest(h.type, r, checksums);
   } else {
-    switch (h.type) {
-      case MessageType::kHello: {
-        HelloReply m;
-        m.version = r.Get<uint16_t>("version");
-        m.tier_count = r.Get<uint32_t>("tier count");
-        out = m;
-        break;
-      }
-      case MessageType::kLookup: {
-        LookupReply m;
-        m.chains.resize(r.Count("chains", 12));
-        for (ChainLookup& c : m.chains) {
-          c.prefix_blocks = r.Get<uint32_t>("prefix blocks");
-          c.load_blocks = r.Get<uint32_t>("load blocks");
-          const std::size_t n = r.Count("tiers", 5);
-          c.tier.resize(n);
-          c.bytes.resize(n);
-          for (std::size_t i = 0; i < n; ++i) {
-            c.tier[i] = r.Get<uint8_t>("tier");
-            c.bytes[i] = r.Get<uint32_t>("block size");
-          }
-        }
-        out = std::move(m);
-        break;
-      }
-      case MessageType::kPut: {
-        PutReply m;
-        m.new_blocks = r.Get<uint32_t>("new blocks");
-        m.present_blocks = r.Get<uint32_t>("present blocks");
-        m.refused_blocks = r.Get<uint32_t>("refused blocks");
-        out = m;
-        break;
-      }
-      case MessageType::kGet: {
-        GetReply m;
-        m.sizes.resize(r.Count("sizes", checksums ? 12 : 4));
-        if (checksums) m.checksums.resize(m.sizes.size());
-        for (std::size_t i = 0; i < m.sizes.size(); ++i) {
-          m.sizes[i] = r.Get<uint32_t>("size");
-          if (checksums) m.checksums[i] = r.Get<uint64_t>("checksum");
-        }
-        const std::size_t inline_count = r.Count("inline blocks", 4);
-        if (inline_count != 0 && inline_count != m.sizes.size()) {
-          r.Fail("a Get reply carries every block inline or none");
-          break;  // the blocks are not read: they would be matched against sizes that are not there
-        }
-        m.inline_blocks.resize(inline_count);
-        for (std::size_t i = 0; i < m.inline_blocks.size(); ++i) {
-          m.inline_blocks[i] = r.Bytes("inline block");
-          if (m.inline_blocks[i].size() != m.sizes[i]) r.Fail("an inline block's length is not its size");
-        }
-        out = std::move(m);
-        break;
-      }
-      case MessageType::kPin: {
-        PinReply m;
-        m.pin_id = r.Get<uint64_t>("pin id");
-        m.pinned_blocks = r.Get<uint32_t>("pinned blocks");
-        out = m;
-        break;
-      }
-      case MessageType::kExpect: out = ExpectReply{r.Get<uint64_t>("expect id")}; break;
-      case MessageType::kStats: {
-        const std::span<const std::byte> json = r.Bytes("stats");
-        out = StatsReply{std::string(reinterpret_cast<const char*>(json.data()), json.size())};
-        break;
-      }
-      case MessageType::kPrefetch:
-      case MessageType::kUnpin:
-      case MessageType::kUnexpect:
-      case MessageType::kTags:
-      case MessageType::kImportance: out = EmptyReply{}; break;
-      case MessageType::kError: break;  // handled above
-    }
+    out = DecodeReply(h.type, r, checksums);
   }
   KVTIER_RETURN_IF_ERROR(r.Finish());
   return out;
