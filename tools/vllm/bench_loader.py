@@ -6,20 +6,20 @@
 A `kvtier serve` daemon (in this process, the round trip's DRAM-over-disk tiers) holds a chain of blocks shaped like the
 TTFT model's (8 layers x 256 KiB pages = 2 MiB per block; 127 blocks = a 16k-token prompt).
 The blocks are loaded into per-layer KV tensors the way KvtierConnector does it: a get into
-the shared segment, then one kvtier.copy_rows call for every layer and run of consecutive block
-ids (the rows "torch copies" make one torch copy per layer and run instead, as the connector
-did before it used copy_rows: each of them waits for the GIL, which the rows "beside a thread
-running Python" show, as a loader thread meets vLLM's busy step loop). Baseline, in
-the same run: one torch copy of the same bytes (memcpy). Prints seconds, GB/s and the ratio
-to the baseline, best of --repeat, for: get alone, unpack alone, both on the calling thread,
-and both on the loader thread (layer-pipelined and not), all timed while the loader threads
-are alive; then memcpy and both on the calling thread while no loader thread is (libgomp
-spins less once a second thread has its OpenMP pool: docs/vllm.md); every repeat times every
-row; the loader's hand-off; and small torch ops on the calling thread (a forward's shape)
-with and without a loader alive. Then the save path: the step's cost of saving the same blocks
-(packed from the KV tensors) with the put on the calling thread (the connector before the
-saver) and with kvtier.vllm.saver.BlockSaver (the copy into its staging; the put lands later),
-and the saver's submit-to-landed time. Every save puts new keys.
+the shared segment, then one kvtier.copy_rows call for every layer and run of consecutive
+block ids. Baseline, in the same run: one torch copy of the same bytes (memcpy). Prints
+seconds, GB/s and the ratio to the baseline, best of --repeat, for: get alone, unpack alone,
+both on the calling thread, and both on the loader thread (layer-pipelined and not), and the
+loader beside a thread running Python (vLLM's step loop, while a request waits for an
+asynchronous load); the same with one torch copy per layer and run (the connector before
+copy_rows: each copy then waits for the GIL), on a loader that lives only for those rows,
+since its torch copies start an OpenMP pool; memcpy and both on the calling thread while no
+loader thread is alive (libgomp spins less once a second thread has its OpenMP pool:
+docs/vllm.md); every repeat times every row; the loader's hand-off; and small torch ops on the
+calling thread (a forward's shape) with and without the loaders alive. Then the save path: the
+step's cost of saving the same blocks (packed from the KV tensors) with the put on the calling
+thread (the connector before the saver) and with kvtier.vllm.saver.BlockSaver (the copy into
+its staging; the put lands later), and the saver's submit-to-landed time. Every save puts new keys.
 """
 
 from __future__ import annotations
@@ -178,7 +178,6 @@ def main() -> int:
             timed(rep, "get + unpack, calling thread, no loader thread alive", inline)
             small_ops(rep, "no loader alive")
             loaders = {pipelined: BlockLoader(fetch, unpack, layers, n, pipelined) for pipelined in (True, False)}
-            loaders["torch"] = BlockLoader(fetch, unpack_torch, layers, n, False)
             for loader in loaders.values():
                 on_loader(loader)
             timed(rep, "memcpy (baseline)", memcpy)
@@ -189,12 +188,19 @@ def main() -> int:
             for pipelined in (True, False):
                 row = f"loader thread, {'layer-pipelined' if pipelined else 'all layers at once'}"
                 timed(rep, row, lambda: on_loader(loaders[pipelined], row if rep else None))
-            for key, how in ((False, "copy_rows"), ("torch", "torch copies")):
-                timed(rep, f"loader thread, all layers at once, {how}, beside a thread running Python",
-                      lambda: beside_python(lambda: on_loader(loaders[key])))
+            timed(rep, "loader thread, all layers at once, beside a thread running Python",
+                  lambda: beside_python(lambda: on_loader(loaders[False])))
             small_ops(rep, "the loaders alive")
             for loader in loaders.values():
                 loader.close()
+            # The connector before copy_rows: its loader's torch copies start an OpenMP pool, so
+            # it lives only for its own rows.
+            torch_loader = BlockLoader(fetch, unpack_torch, layers, n, False)
+            on_loader(torch_loader)
+            timed(rep, "loader thread, all layers at once, torch copies", lambda: on_loader(torch_loader))
+            timed(rep, "loader thread, all layers at once, torch copies, beside a thread running Python",
+                  lambda: beside_python(lambda: on_loader(torch_loader)))
+            torch_loader.close()
             time.sleep(0.1)  # a loader's OpenMP pool ends just after its thread, past the join
         for name in sorted(times, key=lambda name: name.endswith("no loader thread alive")):
             results[name] = min(times[name])
