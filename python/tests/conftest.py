@@ -5,6 +5,9 @@ it, and KVTIER_CLI to the CLI binary)."""
 import os
 import pathlib
 import shutil
+import sys
+import threading
+import time
 
 import pytest
 
@@ -75,3 +78,38 @@ listen:
 def daemon(tmp_path):
     with kvtier.serve(config_text=serve_yaml(tmp_path / "srv")) as d:
         yield d
+
+
+def ran_python_during(call, attempts=10) -> bool:
+    """Whether another Python thread ran while `call()` was inside the extension: the proof that
+    the call released the GIL. With a long switch interval the interpreter never preempts the
+    calling thread on its own, so a counter thread can only run while the call has released the
+    GIL: a timestamp it records inside a call's [start, end] window proves the release."""
+    stamps = []
+    stop = False
+
+    def counter():
+        n = 0
+        while not stop:
+            n += 1
+            if n % 50 == 0:
+                stamps.append(time.perf_counter_ns())
+                time.sleep(0)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(0.25)
+    thread = threading.Thread(target=counter)
+    thread.start()
+    try:
+        for _ in range(attempts):
+            time.sleep(0.002)  # let the counter run, then take the GIL back
+            start = time.perf_counter_ns()
+            call()
+            end = time.perf_counter_ns()
+            if any(start < t < end for t in list(stamps)):
+                return True
+        return False
+    finally:
+        stop = True
+        thread.join()
+        sys.setswitchinterval(old)

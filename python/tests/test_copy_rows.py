@@ -1,14 +1,11 @@
 """kvtier.copy_rows: row copies between 2-D buffers at any row stride, every run checked before
 anything is copied, the GIL released while it copies."""
 
-import sys
-import threading
-import time
-
 import numpy as np
 import pytest
 
 import kvtier
+from conftest import ran_python_during
 
 
 def pages(rows, page, seed):
@@ -83,38 +80,8 @@ def test_a_bad_run_anywhere_copies_nothing():
 
 
 def test_gil_released_while_copying():
-    """As test_store.py's test_gil_released_during_get: with a long switch interval a counter
-    thread runs only while the main thread has released the GIL."""
     src = pages(64, 1 << 20, seed=3)  # 64 MiB
     dst = np.zeros_like(src)
-    stamps = []
-    stop = False
-
-    def counter():
-        n = 0
-        while not stop:
-            n += 1
-            if n % 50 == 0:
-                stamps.append(time.perf_counter_ns())
-                time.sleep(0)
-
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(0.25)
-    thread = threading.Thread(target=counter)
-    thread.start()
-    try:
-        inside = 0
-        for _ in range(10):
-            time.sleep(0.002)  # let the counter run, then take the GIL back
-            start = time.perf_counter_ns()
-            kvtier.copy_rows([(dst, src, [(0, 0, 64)])])
-            end = time.perf_counter_ns()
-            inside += sum(1 for t in list(stamps) if start < t < end)
-            if inside:
-                break
-    finally:
-        stop = True
-        thread.join()
-        sys.setswitchinterval(old)
+    assert ran_python_during(lambda: kvtier.copy_rows([(dst, src, [(0, 0, 64)])])), \
+        "no Python thread ran during copy_rows: the GIL was held"
     assert np.array_equal(dst, src)
-    assert inside > 0, "no Python thread ran during copy_rows: the GIL was held"

@@ -2,14 +2,11 @@
 side; bad buffers rejected with InvalidArgument; the GIL released while the store works."""
 
 import array
-import sys
-import threading
-import time
 
 import pytest
 
 import kvtier
-from conftest import tier_yaml
+from conftest import ran_python_during, tier_yaml
 
 BLOCK = 4096
 
@@ -124,44 +121,15 @@ def test_data_dir_only_with_the_default(tmp_path):
 
 
 def test_gil_released_during_get(tmp_path):
-    """A Python thread runs while another is inside Store.get.
-
-    With a long switch interval the interpreter never preempts the main thread on its own, so
-    the counter thread can only run while the main thread has released the GIL: a timestamp it
-    records inside a get's [start, end] window proves the get released it."""
+    """A Python thread runs while another is inside Store.get (conftest.ran_python_during)."""
     with kvtier.Store(tier_config_text=tier_yaml(tmp_path / "d", dram="512MiB")) as s:
         size = 4 << 20
         keys = keys_for(16, "gil")  # 64 MiB
         payload = bytes(size)
         s.put(keys, [payload] * len(keys))
         outs = [bytearray(size) for _ in keys]
-        stamps = []
-        stop = False
 
-        def counter():
-            n = 0
-            while not stop:
-                n += 1
-                if n % 50 == 0:
-                    stamps.append(time.perf_counter_ns())
-                    time.sleep(0)
+        def get():
+            assert s.get(keys, outs) == [size] * len(keys)
 
-        old = sys.getswitchinterval()
-        sys.setswitchinterval(0.25)
-        thread = threading.Thread(target=counter)
-        thread.start()
-        try:
-            inside = 0
-            for _ in range(10):
-                time.sleep(0.002)  # let the counter run, then take the GIL back
-                start = time.perf_counter_ns()
-                assert s.get(keys, outs) == [size] * len(keys)
-                end = time.perf_counter_ns()
-                inside += sum(1 for t in list(stamps) if start < t < end)
-                if inside:
-                    break
-        finally:
-            stop = True
-            thread.join()
-            sys.setswitchinterval(old)
-        assert inside > 0, "no Python thread ran during Store.get: the GIL was held"
+        assert ran_python_during(get), "no Python thread ran during Store.get: the GIL was held"
