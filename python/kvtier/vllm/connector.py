@@ -81,7 +81,7 @@ from kvtier.vllm.saver import BlockSaver, SaveJob
 
 logger = init_logger(__name__)
 
-_SCHEDULER_SHM_BYTES = 1 << 20  # the scheduler only looks up
+_CONTROL_SHM_BYTES = 1 << 20  # lookups and control requests: no payload travels on this connection
 _DEFAULT_SHM_BYTES = 256 << 20
 _DEFAULT_LOAD_BUFFER_BYTES = 512 << 20  # a step that fits is layer-pipelined (16k tokens of Llama-8B: 2 GiB)
 # A lookup waits (returns None) for a finished request's puts at most this long after it
@@ -194,6 +194,16 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             raise NotImplementedError("KvtierConnector: pipeline parallelism is not supported yet")
         if kv_cache_config is None:
             raise NotImplementedError("KvtierConnector: needs vLLM's KV cache config (vLLM 0.32)")
+        self._init_layout(vllm_config, kv_cache_config)
+        tp_size = int(pc.tensor_parallel_size)
+        self._init_tenants(vllm_config, role, extra, tp_size)
+        self._init_options(extra)
+        self._connect(role, extra, socket_path)
+        self._init_scheduler_side(tp_size)
+        self._init_worker_side()
+
+    def _init_layout(self, vllm_config, kv_cache_config) -> None:
+        """The transferred KV cache groups and their layers, and the layout's fingerprint."""
         # A row of block ids, one per group, names a block position (layout.block_rows); a
         # kvtier block holds every group's layers at that position.
         self._groups = _transfer_groups(kv_cache_config)
@@ -210,8 +220,12 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         self._layer_group = {name: pos for pos, (_, g) in enumerate(self._groups) for name in g.layer_names}
         self._layer_names = natural_layer_order(self._layer_group)
         self._group_page_bytes = [int(g.kv_cache_spec.page_size_bytes) for _, g in self._groups]
-        self._description = _layout_description(kv_cache_config, self._groups, cc, algo, pc.tensor_parallel_size)
+        self._description = _layout_description(kv_cache_config, self._groups, cc, algo,
+                                                vllm_config.parallel_config.tensor_parallel_size)
         self._fingerprint = layout_fingerprint(self._description)
+
+    def _init_tenants(self, vllm_config, role: KVConnectorRole, extra: dict, tp_size: int) -> None:
+        """The namespace (tenant) of each tensor-parallel rank, and this process's."""
         mc = vllm_config.model_config
         model = extra.get("model") or getattr(mc, "served_model_name", None) or mc.model
         if isinstance(model, (list, tuple)):
@@ -221,7 +235,6 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             base_tenant = namespace_tenant(base_tenant, str(model), self._fingerprint)
         # Tensor parallelism: each rank stores its own heads under its own tenant; MLA's latent
         # cache is the same on every rank, so rank 0 saves the one copy every rank loads.
-        tp_size = int(pc.tensor_parallel_size)
         replicated = bool(getattr(mc, "use_mla", False))
         self._shard_tenants = shard_tenants(base_tenant, tp_size, replicated)
         self._tp_rank = 0
@@ -231,6 +244,10 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             self._tp_rank = get_tensor_model_parallel_rank()
         self._tenant = self._shard_tenants[0 if replicated else self._tp_rank]
         self._saves = not replicated or self._tp_rank == 0
+
+    def _init_options(self, extra: dict) -> None:
+        """kv_connector_extra_config's options (docs/vllm.md), each checked now rather than at
+        the first request that uses it."""
         self._dump_dir = extra.get("debug_dump_dir")
         self._events_path = extra.get("events_path") or (
             os.path.join(self._dump_dir, "events.jsonl") if self._dump_dir else None)
@@ -252,16 +269,20 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         self._tail_granularity = int(extra.get("partial_block_tokens", DEFAULT_TAIL_GRANULARITY))
         tail_lengths(0, self._block_size, self._tail_granularity)  # rejects a negative granularity now
         self._load_buffer_bytes = int(extra.get("load_buffer_bytes", _DEFAULT_LOAD_BUFFER_BYTES))
-        shm_bytes = int(extra.get("shared_memory_bytes", _DEFAULT_SHM_BYTES))
-        self._save_buffer_bytes = shm_bytes  # the saver's staging segment
-        if role == KVConnectorRole.SCHEDULER or not self._saves:
-            shm_bytes = _SCHEDULER_SHM_BYTES  # the scheduler looks up; the worker's client only connects
+        self._save_buffer_bytes = int(extra.get("shared_memory_bytes", _DEFAULT_SHM_BYTES))  # the saver's staging
+
+    def _connect(self, role: KVConnectorRole, extra: dict, socket_path: str) -> None:
+        """This process's connection to the daemon; the scheduler's also to every other rank's
+        namespace (a chain is looked up in each) and the kinds of the server's tiers (for the
+        async decision and vLLM's hit sources)."""
+        # The scheduler looks up and the worker's own client only connects (the loader and the
+        # saver open their own segments): until stop 46 a saving worker's mapped a segment the
+        # size of the saver's staging for nothing.
+        shm_bytes = _CONTROL_SHM_BYTES
         self._socket_path = socket_path
         self._auth_token = str(extra.get("auth_token", ""))
         self._client = kvtier.Client.connect_unix(
             socket_path, tenant=self._tenant, auth_token=self._auth_token, shared_memory_bytes=shm_bytes)
-        # The scheduler looks a chain up in every rank's namespace, and needs what each of the
-        # server's tiers is for the async decision and vLLM's hit sources.
         self._shard_clients = [self._client]
         self._tier_kinds: list = []
         if role == KVConnectorRole.SCHEDULER:
@@ -271,8 +292,6 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                 for t in self._shard_tenants[1:]]
         logger.info("KvtierConnector(%s): tenant %r, block_size %d, %d KV cache group(s), socket %s", role.name,
                     self._tenant, self._block_size, len(self._groups), socket_path)
-        self._init_scheduler_side(tp_size)
-        self._init_worker_side()
 
     def _init_scheduler_side(self, tp_size: int) -> None:
         self._plans: dict[str, RequestPlan] = {}
