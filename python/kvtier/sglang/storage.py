@@ -7,8 +7,10 @@
 
 Pages go through ``kvtier serve`` (kvtier.Client over its Unix socket) and the
 shared-memory segment: the v1 zero-copy path copies each page's spans
-(``mem_pool_host.get_page_buffer_meta``) into the segment with one memmove each,
-and the server copies once more into its tiers. Every page is a one-block kvtier
+(``mem_pool_host.get_page_buffer_meta``) into the segment with one kvtier.copy_rows
+call a page (the GIL released once, not once per span: HiCache calls this from its
+own threads while the scheduler's runs Python; docs/sglang.md), and the server copies
+once more into its tiers. Every page is a one-block kvtier
 chain without parent (SGLang's API is flat); keys: kvtier.sglang.keys.
 """
 
@@ -19,6 +21,7 @@ import logging
 import threading
 from typing import Any, List, Optional
 
+import numpy as np
 import torch
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
 
@@ -35,6 +38,8 @@ from kvtier.sglang.keys import (
 )
 
 logger = logging.getLogger(__name__)
+
+_ONE_ROW = ((0, 0, 1),)  # a copy_rows run: row 0 of one buffer to row 0 of the other
 
 _DEFAULT_SHM_BYTES = 256 << 20
 
@@ -77,7 +82,7 @@ class KvtierStorage(HiCacheStorage):
         self._lock = threading.Lock()  # one client and one segment: one transfer at a time
         self._client = None
         self._shm = None
-        self._shm_addr = 0
+        self._shm_row = None  # the segment as one numpy row, for copy_rows
 
     # --- connection ---------------------------------------------------------------
     @property
@@ -93,7 +98,7 @@ class KvtierStorage(HiCacheStorage):
             self.socket_path, tenant=self.tenant, auth_token=self._auth_token,
             shared_memory_bytes=self._shm_bytes, io_timeout_ms=self._io_timeout_ms)
         self._shm = self._client.shared_memory
-        self._shm_addr = ctypes.addressof(ctypes.c_char.from_buffer(self._shm))
+        self._shm_row = np.frombuffer(self._shm, dtype=np.uint8).reshape(1, -1)
 
     def _ensure(self):
         if self._client is None:
@@ -145,6 +150,17 @@ class KvtierStorage(HiCacheStorage):
         ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
         return page_spans(ptrs, sizes, n)
 
+    def _span_copies(self, spans, into_segment: bool) -> list:
+        """copy_rows items between a page's spans (addresses in SGLang's host pool) and the
+        segment, which holds the page as its spans one after another."""
+        items, off = [], 0
+        for ptr, size in spans:
+            span = np.frombuffer((ctypes.c_char * size).from_address(ptr), dtype=np.uint8).reshape(1, size)
+            part = self._shm_row[:, off:off + size]
+            items.append((part, span, _ONE_ROW) if into_segment else (span, part, _ONE_ROW))
+            off += size
+        return items
+
     def batch_set_v1(self, keys: List[str], host_indices: torch.Tensor, extra_info=None) -> List[bool]:
         if not keys:
             return []
@@ -159,10 +175,7 @@ class KvtierStorage(HiCacheStorage):
                 if not self._fits(nbytes):
                     out.append(False)
                     continue
-                off = 0
-                for ptr, size in spans:
-                    ctypes.memmove(self._shm_addr + off, ptr, size)
-                    off += size
+                kvtier.copy_rows(self._span_copies(spans, into_segment=True))
                 try:
                     out.append(self._put_page(k, nbytes))
                 except kvtier.KvtierError as e:
@@ -177,6 +190,8 @@ class KvtierStorage(HiCacheStorage):
         out = [False] * len(keys)
         with self._lock:
             self._ensure()
+            # One get a page: a get reads a chain's stored prefix, and every page is a chain of
+            # its own (SGLang's API is flat).
             for i, (k, spans) in enumerate(zip(storage_keys(keys), pages)):
                 nbytes = sum(s for _, s in spans)
                 if not self._fits(nbytes):
@@ -188,10 +203,7 @@ class KvtierStorage(HiCacheStorage):
                     break
                 if size != nbytes:  # missing, or stored under another layout
                     break
-                off = 0
-                for ptr, span in spans:
-                    ctypes.memmove(ptr, self._shm_addr + off, span)
-                    off += span
+                kvtier.copy_rows(self._span_copies(spans, into_segment=False))
                 out[i] = True
         return out
 
