@@ -8,6 +8,7 @@
 // took 43-48 ms instead of 1.6 ms on the 2-core development VM (docs/vllm.md, "Copies with
 // the GIL released once"). One call here takes it back once, and copies with memmove on the
 // calling thread, so no OpenMP pool is started beside the engine's.
+#include <array>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -49,6 +50,27 @@ struct RowCopy {
   std::size_t bytes;
 };
 
+std::string RunName(const std::string& item, std::size_t r) { return item + " run " + std::to_string(r); }
+
+// (dst_row, src_row, count) of a run of `item`; InvalidArgument naming it otherwise. Runs can
+// number thousands a call (a block a run where block ids are scattered): no allocation here.
+std::array<py::ssize_t, 3> RunOf(py::handle run, const std::string& item, std::size_t r) {
+  std::array<py::ssize_t, 3> v{};
+  bool ok = py::isinstance<py::sequence>(run) && !py::isinstance<py::str>(run) && py::len(run) == 3;
+  if (ok) {
+    const auto seq = py::reinterpret_borrow<py::sequence>(run);
+    for (std::size_t k = 0; ok && k < v.size(); ++k) {
+      try {  // ints and objects with __index__ (numpy's integers); not floats or strings
+        v[k] = py::object(seq[k]).cast<py::ssize_t>();
+      } catch (const py::cast_error&) {
+        ok = false;
+      }
+    }
+  }
+  if (!ok) ThrowStatus(Status::InvalidArgument(RunName(item, r) + " must be (dst_row, src_row, count) of ints"));
+  return v;
+}
+
 // Appends the copies of one (dst, src, runs) item, each run checked against both tables.
 void PlanItem(const RowTable& dst, const RowTable& src, py::handle runs, const std::string& what,
               std::vector<RowCopy>* plan) {
@@ -64,22 +86,14 @@ void PlanItem(const RowTable& dst, const RowTable& src, py::handle runs, const s
   }
   std::size_t r = 0;
   for (py::handle run : runs) {
-    const std::string at = what + " run " + std::to_string(r++);
-    std::vector<py::ssize_t> triple;
-    if (py::isinstance<py::sequence>(run) && !py::isinstance<py::str>(run)) {
-      try {
-        triple = py::cast<std::vector<py::ssize_t>>(run);
-      } catch (const py::cast_error&) {
-        triple.clear();
-      }
-    }
-    if (triple.size() != 3) ThrowStatus(Status::InvalidArgument(at + " must be (dst_row, src_row, count) of ints"));
-    const py::ssize_t d = triple[0], s = triple[1], n = triple[2];
+    const auto [d, s, n] = RunOf(run, what, r);
     if (n < 0 || d < 0 || s < 0 || d > dst.rows - n || s > src.rows - n) {
-      ThrowStatus(Status::InvalidArgument(at + " (" + std::to_string(d) + ", " + std::to_string(s) + ", " +
-                                          std::to_string(n) + ") is outside dst's " + std::to_string(dst.rows) +
-                                          " or src's " + std::to_string(src.rows) + " rows"));
+      ThrowStatus(Status::InvalidArgument(RunName(what, r) + " (" + std::to_string(d) + ", " + std::to_string(s) +
+                                          ", " + std::to_string(n) + ") is outside dst's " +
+                                          std::to_string(dst.rows) + " or src's " + std::to_string(src.rows) +
+                                          " rows"));
     }
+    ++r;
     if (packed) {
       if (n > 0) plan->push_back({dst.Row(d), src.Row(s), bytes * static_cast<std::size_t>(n)});
       continue;

@@ -42,7 +42,7 @@ def test_several_items_one_call_and_back_again():
 def test_contiguous_tables_and_wider_items():
     src = np.arange(64, dtype=np.uint32).reshape(8, 8)
     dst = np.zeros((8, 8), dtype=np.uint32)
-    kvtier.copy_rows([(dst, src, [(1, 4, 3), (7, 0, 1), (0, 0, 0)])])
+    kvtier.copy_rows([(dst, src, [(1, 4, 3), (np.int64(7), 0, 1), (0, 0, 0)])])
     assert np.array_equal(dst[1:4], src[4:7]) and np.array_equal(dst[7], src[0])
     assert not dst[[0, 4, 5, 6]].any()
     out = bytearray(32)
@@ -59,6 +59,8 @@ def test_contiguous_tables_and_wider_items():
     ([(np.zeros((2, 8), np.uint8), np.zeros((2, 8), np.uint8), [(0, 0, -1)])], "outside"),
     ([(np.zeros((2, 8), np.uint8), np.zeros((2, 8), np.uint8), [(0, 0)])], "(dst_row, src_row, count)"),
     ([(np.zeros((2, 8), np.uint8), np.zeros((2, 8), np.uint8), [(0, 0, "1")])], "(dst_row, src_row, count)"),
+    ([(np.zeros((2, 8), np.uint8), np.zeros((2, 8), np.uint8), [(0, 0, 1.0)])], "(dst_row, src_row, count)"),
+    ([(np.zeros((2, 8), np.uint8), np.zeros((2, 8), np.uint8), [(0, 0, 1 << 70)])], "(dst_row, src_row, count)"),
     ([(np.zeros((2, 8), np.uint8), np.zeros((2, 8), np.uint8), 3)], "runs must be a sequence"),
     ([3], "(dst, src, runs)"),
     ([(np.zeros(16, np.uint8), np.zeros((2, 8), np.uint8), [(0, 0, 1)])], "2-D"),
