@@ -87,8 +87,8 @@ def main() -> int:
             return sum(1 for s in sizes if s == bb)
 
         def unpack(layer, block_ids, first):  # as KvtierConnector._unpack
-            runs = contiguous_runs(block_ids)
-            kvtier.copy_rows([(cache_rows[lay], seg_columns[lay], [(b, first + i, k) for i, b, k in runs])
+            runs = [(b, first + i, k) for i, b, k in contiguous_runs(block_ids)]
+            kvtier.copy_rows([(cache_rows[lay], seg_columns[lay], runs)
                               for lay in (range(layers) if layer is None else [layer])])
             marks["copied"] = time.perf_counter()
 
@@ -217,9 +217,8 @@ def main() -> int:
         stage_columns = [stage_table[:, lay * page:(lay + 1) * page] for lay in range(layers)]
 
         def pack(block_ids, first):  # as KvtierConnector._pack
-            runs = contiguous_runs(block_ids)
-            kvtier.copy_rows([(stage_columns[lay], cache_rows[lay], [(first + i, b, k) for i, b, k in runs])
-                              for lay in range(layers)])
+            runs = [(first + i, b, k) for i, b, k in contiguous_runs(block_ids)]
+            kvtier.copy_rows([(stage_columns[lay], cache_rows[lay], runs) for lay in range(layers)])
 
         def put(parent, ks, first, tokens=0):  # kvtier.vllm.saver.Put
             r = save_client.put(ks, [sshm[(first + j) * bb:(first + j + 1) * bb] for j in range(len(ks))],

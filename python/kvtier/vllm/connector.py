@@ -275,9 +275,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         """This process's connection to the daemon; the scheduler's also to every other rank's
         namespace (a chain is looked up in each) and the kinds of the server's tiers (for the
         async decision and vLLM's hit sources)."""
-        # The scheduler looks up and the worker's own client only connects (the loader and the
-        # saver open their own segments): until stop 46 a saving worker's mapped a segment the
-        # size of the saver's staging for nothing.
+        # The scheduler looks up and the worker's own client only connects: payloads travel on
+        # the loader's and the saver's connections, in their own segments.
         shm_bytes = _CONTROL_SHM_BYTES
         self._socket_path = socket_path
         self._auth_token = str(extra.get("auth_token", ""))
@@ -436,10 +435,11 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
     def _pack(self, rows, first_slot: int) -> None:
         """Staging slots from first_slot <- the pages of the blocks at rows (no null block: the
         scheduler saves only whole rows, layout.saveable), every layer in one copy_rows call."""
-        runs = [self._group_runs(rows, g) for g in range(len(self._groups))]
-        kvtier.copy_rows([(self._save_columns[j], self._layer_rows[j],
-                           [(first_slot + i, b, n) for i, b, n in runs[layer[4]]])
-                          for j, layer in enumerate(self._layers)])
+        # (staging slot, block id, count) runs: one list per group, shared by its layers.
+        runs = [[(first_slot + i, b, n) for i, b, n in self._group_runs(rows, g)]
+                for g in range(len(self._groups))]
+        kvtier.copy_rows([(self._save_columns[j], self._layer_rows[j], runs[group])
+                          for j, (*_, group) in enumerate(self._layers)])
 
     # The loader thread's callbacks (kvtier.vllm.loader.Fetch and Unpack).
     def _fetch(self, keys, first_slot: int) -> int:
@@ -464,11 +464,11 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             # Negative control for tests only: each block gets its neighbour's pages.
             rows = rows[-1:] + rows[:-1]
         which = range(len(self._layers)) if layer is None else [layer]
-        # A pipelined step unpacks one layer a call: only that layer's group's runs are needed.
-        runs = {g: self._group_runs(rows, g) for g in {self._layers[j][4] for j in which}}
-        kvtier.copy_rows([(self._layer_rows[j], self._load_columns[j],
-                           [(b, first_slot + i, n) for i, b, n in runs[self._layers[j][4]]])
-                          for j in which])
+        groups = [self._layers[j][-1] for j in which]
+        # (block id, buffer slot, count) runs: one list per group, shared by its layers; a
+        # pipelined step unpacks one layer a call, so only that layer's group's are made.
+        runs = {g: [(b, first_slot + i, n) for i, b, n in self._group_runs(rows, g)] for g in set(groups)}
+        kvtier.copy_rows([(self._layer_rows[j], self._load_columns[j], runs[g]) for j, g in zip(which, groups)])
         if self._dump_dir:
             self._snapshot_loaded(which, rows)
 
